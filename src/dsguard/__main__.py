@@ -1,0 +1,5 @@
+import sys
+
+from dsguard.cli import main
+
+sys.exit(main())
