@@ -1,0 +1,285 @@
+"""``dsguard`` command line: run, validate, plan, explain, events.
+
+Exit codes: 0 succeeded (or valid), 1 gave up, 2 bad job file or usage, 128+N stopped by
+signal N (130 SIGINT, 143 SIGTERM). All logic lives in library functions; this module only
+parses arguments, prints, and maps outcomes to exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from dsguard import __version__
+from dsguard.errors import JobFileError
+from dsguard.job import Job
+from dsguard.supervisor.loop import EXIT_USAGE
+
+EXIT_OK = 0
+
+
+def _load(path: str) -> Job:
+    from dsguard.jobfile import load_job
+
+    return load_job(Path(path))
+
+
+def _print_problems(err: JobFileError) -> int:
+    for p in err.problems:
+        print(str(p), file=sys.stderr)
+    print("dsguard: nothing was launched", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from dsguard.supervisor.loop import Supervisor
+
+    command: list[str] = ns.command
+    try:
+        if command and command[0] == "--":
+            command = command[1:]
+        if ns.job and command:
+            print("dsguard run: give a job file or '-- COMMAND', not both", file=sys.stderr)
+            return EXIT_USAGE
+        if ns.job:
+            job = _load(ns.job)
+        elif command:
+            from dsguard.jobfile import job_from_command
+
+            job = job_from_command(
+                command,
+                cwd=Path.cwd(),
+                name=ns.name,
+                log_dir=Path(ns.log_dir).resolve() if ns.log_dir else None,
+            )
+        else:
+            print("dsguard run: give a job file or '-- COMMAND ...'", file=sys.stderr)
+            return EXIT_USAGE
+    except JobFileError as err:
+        return _print_problems(err)
+
+    sup = Supervisor(
+        job,
+        console=sys.stderr,
+        echo=None if ns.quiet else sys.stdout.buffer,
+    )
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        sup.request_stop(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return sup.run()
+
+
+def cmd_validate(ns: argparse.Namespace) -> int:
+    try:
+        job = _load(ns.job)
+    except JobFileError as err:
+        return _print_problems(err)
+    k = job.knobs
+    print(
+        f"{ns.job}: ok: job {job.name!r}, launcher {job.launcher}, world {job.world_size}, "
+        f"global batch {k.global_batch(job.world_size)} "
+        f"(micro {k.micro_batch_size} x accum {k.gradient_accumulation_steps} x world "
+        f"{job.world_size}), log_dir {job.log_dir}"
+    )
+    return EXIT_OK
+
+
+def cmd_plan(ns: argparse.Namespace) -> int:
+    from dsguard.policies.ladder import PolicyConfig, plan
+    from dsguard.supervisor.classify import FailureKind
+
+    try:
+        job = _load(ns.job)
+    except JobFileError as err:
+        return _print_problems(err)
+    cfg = PolicyConfig.from_job(job)
+    kinds = (
+        [FailureKind.CUDA_OOM, FailureKind.HOST_OOM] if ns.kind == "all" else [FailureKind(ns.kind)]
+    )
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        steps = plan(kind, job.knobs, cfg)
+        out[kind.value] = [
+            {
+                "rung": s.rung,
+                "knobs": s.knobs.as_dict(),
+                "global_batch": s.global_batch,
+                "new_phase": s.new_phase,
+                "caveats": list(s.caveats),
+            }
+            for s in steps
+        ]
+        if ns.json:
+            continue
+        print(f"On repeated {kind}: ({len(steps) - 1} rungs, then give up)")
+        header = (f"{'step':>4}  {'rung':<24}{'micro':>6}{'accum':>6}{'global':>7}"
+                  f"{'max_len':>8}{'zero':>5}  {'offload':<10}{'gc':<4}{'lora':<5}"
+                  f"{'workers':>7} {'pin':<5} phase")  # fmt: skip
+        print(header)
+        phase = 1
+        for i, s in enumerate(steps):
+            k = s.knobs
+            phase += 1 if s.new_phase else 0
+            print(
+                f"{i:>4}  {s.rung or '(start)':<24}{k.micro_batch_size:>6}"
+                f"{k.gradient_accumulation_steps:>6}{s.global_batch:>7}"
+                f"{k.max_length if k.max_length is not None else '-':>8}"
+                f"{k.zero_stage if k.zero_stage is not None else '-':>5}  {k.offload.value:<10}"
+                f"{'on' if k.gradient_checkpointing else 'off':<4}"
+                f"{'on' if k.lora else 'off':<5}{k.dataloader_workers:>7} "
+                f"{'on' if k.pin_memory else 'off':<5} {phase}{' NEW' if s.new_phase else ''}"
+            )
+        print()
+    if ns.json:
+        print(json.dumps(out, indent=2))
+    return EXIT_OK
+
+
+def cmd_explain(ns: argparse.Namespace) -> int:
+    from dsguard.policies.ladder import is_recoverable
+    from dsguard.supervisor.classify import classify_text, decode_exit
+
+    try:
+        text = Path(ns.file).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        print(f"dsguard explain: {ns.file}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    failure = classify_text(text, ns.exit_code)
+    if failure is None:
+        result: dict[str, Any] = {
+            "kind": None, "recoverable": None, "rank": None, "evidence": [],
+            "exit_code": ns.exit_code, "signal": decode_exit(ns.exit_code).signal,
+            "verdict": "success (exit code 0)",
+        }  # fmt: skip
+    else:
+        result = {
+            "kind": failure.kind.value,
+            "recoverable": is_recoverable(failure.kind),
+            "rank": failure.rank,
+            "evidence": list(failure.evidence),
+            "exit_code": failure.exit.raw,
+            "signal": failure.exit.signal,
+        }
+    if ns.json:
+        print(json.dumps(result))
+        return EXIT_OK
+    if failure is None:
+        print("kind: none (exit code 0: success)")
+        return EXIT_OK
+    print(f"kind: {result['kind']}")
+    print(f"recoverable: {'yes' if result['recoverable'] else 'no'}")
+    print(f"rank: {result['rank'] if result['rank'] is not None else 'unknown'}")
+    if result["signal"] is not None:
+        print(f"exit: {result['exit_code']} (signal {result['signal']})")
+    print("evidence:")
+    for line in result["evidence"]:
+        print(f"  {line}")
+    return EXIT_OK
+
+
+def _events_path(target: str) -> Path:
+    p = Path(target)
+    if p.is_dir():
+        return p / "events.jsonl"
+    if p.suffix in (".yaml", ".yml"):
+        return _load(target).log_dir / "events.jsonl"
+    return p
+
+
+def cmd_events(ns: argparse.Namespace) -> int:
+    from dsguard.supervisor.events import human_line, read_events
+
+    try:
+        path = _events_path(ns.target)
+    except JobFileError as err:
+        return _print_problems(err)
+    if not path.is_file():
+        print(f"dsguard events: {path}: no event log", file=sys.stderr)
+        return EXIT_USAGE
+    wanted = set(ns.event or [])
+    for ev in read_events(path):
+        if wanted and ev.get("event") not in wanted:
+            continue
+        if ns.attempt is not None and ev.get("attempt") != ns.attempt:
+            continue
+        if ns.run is not None and ev.get("run_id") != ns.run:
+            continue
+        print(json.dumps(ev) if ns.json else human_line(ev))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsguard",
+        description="Self-healing supervisor for DeepSpeed / transformers training.",
+    )
+    parser.add_argument("--version", action="version", version=f"dsguard {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="supervise a job until it succeeds or gives up",
+        description="dsguard run JOB.yaml | dsguard run [--name N] -- deepspeed train.py ARGS",
+    )
+    run.add_argument("job", nargs="?", help="job file (YAML)")
+    # `-- COMMAND ARGS` (quick start) is split off in main() before argparse sees it.
+    run.set_defaults(command=[])
+    run.add_argument("--name", help="job name for a quick start (default: the script name)")
+    run.add_argument("--log-dir", help="log dir for a quick start (default: runs/NAME)")
+    run.add_argument("--quiet", action="store_true", help="do not mirror the child's output")
+    run.set_defaults(func=cmd_run)
+
+    val = sub.add_parser("validate", help="check a job file; launch nothing")
+    val.add_argument("job")
+    val.set_defaults(func=cmd_validate)
+
+    pl = sub.add_parser("plan", help="print the ladder this job would walk")
+    pl.add_argument("job")
+    pl.add_argument("--kind", choices=["cuda_oom", "host_oom", "all"], default="all")
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(func=cmd_plan)
+
+    ex = sub.add_parser("explain", help="classify a saved training log")
+    ex.add_argument("file")
+    ex.add_argument(
+        "--exit-code", type=int, default=None,
+        help="exit status as the shell or launcher reported it (-9, 137 and 247 are SIGKILL)",
+    )  # fmt: skip
+    ex.add_argument("--json", action="store_true")
+    ex.set_defaults(func=cmd_explain)
+
+    evp = sub.add_parser("events", help="pretty-print / filter an event log")
+    evp.add_argument("target", help="log dir, events.jsonl, or job file")
+    evp.add_argument("--event", action="append", help="only this event (repeatable)")
+    evp.add_argument("--attempt", type=int)
+    evp.add_argument("--run", help="only this run_id")
+    evp.add_argument("--json", action="store_true")
+    evp.set_defaults(func=cmd_events)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = list(sys.argv[1:] if argv is None else argv)
+    # `dsguard run -- cmd ...`: argparse would take the first word of cmd as the job file.
+    if len(args) >= 2 and args[0] == "run" and "--" in args:
+        i = args.index("--")
+        ns = parser.parse_args(args[:i])
+        ns.command = args[i + 1 :]
+    else:
+        ns = parser.parse_args(args)
+    result: int = ns.func(ns)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""A scripted stand-in for an HF Trainer script, run as a real child process by the e2e tests.
+
+It takes the HF flag names of the job contract, "trains" (one optimizer step consumes the
+samples ``[step*G, (step+1)*G)`` with ``G = micro x accum``, the order a seeded sampler would
+give them for a fixed global batch), writes HF-layout checkpoints (safetensors with a real
+header, torch-style zip archives, ``trainer_state.json`` last, as HF does), and fails on
+purpose by scenario with the real message formats. Every start and step is appended to a
+JSONL trace so tests can check what the supervisor really made it do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+CUDA_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.15 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process "
+    "has 78.12 GiB memory in use. Of the allocated memory 75.80 GiB is allocated by PyTorch, and "
+    "1.31 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
+    "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+    "documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+TRACEBACK_HEAD = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/user/train.py", line 88, in <module>\n'
+    "    trainer.train()\n"
+    '  File "/opt/conda/lib/python3.11/site-packages/transformers/trainer.py", line 2245, '
+    "in train\n"
+    "    return inner_training_loop(\n"
+    '  File "/opt/conda/lib/python3.11/site-packages/transformers/trainer.py", line 2556, '
+    "in _inner_training_loop\n"
+    "    tr_loss_step = self.training_step(model, inputs, num_items_in_batch)\n"
+)
+
+
+def hf_bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text}")
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--per_device_train_batch_size", type=int, default=8)
+    p.add_argument("--gradient_accumulation_steps", type=int, default=1)
+    p.add_argument("--output_dir", required=True)
+    p.add_argument("--resume_from_checkpoint")
+    p.add_argument("--deepspeed")
+    p.add_argument("--model_max_length", type=int)
+    p.add_argument("--gradient_checkpointing", type=hf_bool, default=False)
+    p.add_argument("--dataloader_num_workers", type=int, default=0)
+    p.add_argument("--dataloader_pin_memory", type=hf_bool, default=True)
+    p.add_argument("--lora_enable", type=hf_bool, default=False)
+    p.add_argument("--max_steps", type=int, default=6)
+    p.add_argument("--save_steps", type=int, default=2)
+    p.add_argument("--step_s", type=float, default=0.01)
+    p.add_argument("--trace", required=True)
+    p.add_argument("--scenario", default="ok")
+    p.add_argument("--oom_above", type=int, default=1 << 30, help="micro > this OOMs")
+    p.add_argument("--fail_at_step", type=int, default=3)
+    p.add_argument("--oom_then", choices=["hang", "exit"], default="hang")
+    p.add_argument("--truncate_at_step", type=int, default=4)
+    p.add_argument("--flood_mb", type=int, default=0)
+    p.add_argument("--rank_prefix", default="")
+    return p.parse_args()
+
+
+def trace(args: argparse.Namespace, **record: object) -> None:
+    with open(args.trace, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def write_safetensors(path: Path, n_floats: int = 16) -> None:
+    header = {"w": {"dtype": "F32", "shape": [n_floats], "data_offsets": [0, 4 * n_floats]}}
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw + b"\0" * (4 * n_floats))
+
+
+def write_torch_zip(path: Path, payload: bytes = b"\x80\x02}q\x00.") -> None:
+    # torch.save writes a zip archive: <name>/data.pkl, <name>/data/0, <name>/version.
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", payload)
+        zf.writestr("archive/data/0", b"\0" * 64)
+        zf.writestr("archive/version", b"3\n")
+
+
+def save_checkpoint(args: argparse.Namespace, step: int, *, truncate: bool = False) -> Path:
+    ckpt = Path(args.output_dir) / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    write_safetensors(ckpt / "model.safetensors")
+    for name in ("optimizer.pt", "scheduler.pt", "training_args.bin", "rng_state.pth"):
+        write_torch_zip(ckpt / name)
+    if truncate:
+        # The save died mid-write of the weights (disk full, OOM during gather): the file is
+        # 4 bytes short; HF would still have gone on to write trainer_state.json only if it
+        # had not crashed -- here it did write it, the worst case for a naive "latest" pick.
+        data = (ckpt / "model.safetensors").read_bytes()
+        (ckpt / "model.safetensors").write_bytes(data[:-4])
+    state = {
+        "global_step": step,
+        "max_steps": args.max_steps,
+        "save_steps": args.save_steps,
+        "train_batch_size": args.per_device_train_batch_size,
+        "log_history": [],
+    }
+    (ckpt / "trainer_state.json").write_text(json.dumps(state))  # last, as HF does
+    return ckpt
+
+
+def oom(args: argparse.Namespace) -> None:
+    prefix = args.rank_prefix
+    for line in TRACEBACK_HEAD.splitlines():
+        print(prefix + line, file=sys.stderr)
+    print(prefix + CUDA_OOM, file=sys.stderr, flush=True)
+    if args.oom_then == "hang":
+        # Like the surviving ranks in an NCCL collective: never exits on its own.
+        while True:
+            time.sleep(3600)
+    sys.exit(1)
+
+
+def main() -> int:
+    args = parse()
+    scenarios = set(args.scenario.split(","))
+    attempt = int(os.environ.get("DSGUARD_ATTEMPT", "0"))
+    micro, accum = args.per_device_train_batch_size, args.gradient_accumulation_steps
+    start = 0
+    if args.resume_from_checkpoint:
+        state = json.loads((Path(args.resume_from_checkpoint) / "trainer_state.json").read_text())
+        start = int(state["global_step"])
+    trace(
+        args, event="start", attempt=attempt, pid=os.getpid(), micro=micro, accum=accum,
+        resume=args.resume_from_checkpoint, start_step=start, argv=sys.argv[1:],
+        gradient_checkpointing=args.gradient_checkpointing, max_length=args.model_max_length,
+        deepspeed=args.deepspeed, output_dir=args.output_dir,
+    )  # fmt: skip
+    print(f"***** Running training *****  micro={micro} accum={accum} start_step={start}")
+
+    if "children" in scenarios:
+        # A helper child in our session and a daemon-like one in a session of its own; both
+        # must be ended with the attempt (the latter is found by the marker variable).
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+        )
+    if args.flood_mb:
+        line = ("x" * 99 + "\n").encode()
+        chunk = line * 10000
+        out = sys.stdout.buffer
+        for _ in range(args.flood_mb):
+            out.write(chunk)
+        out.flush()
+
+    global_batch = micro * accum
+    for step in range(start + 1, args.max_steps + 1):
+        if "oom" in scenarios and micro > args.oom_above and step >= args.fail_at_step:
+            oom(args)
+        if "user_error" in scenarios and step >= args.fail_at_step:
+            raise KeyError("labels")
+        if "sigkill" in scenarios and step >= args.fail_at_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(args.step_s)
+        ids = [(step - 1) * global_batch, step * global_batch - 1]
+        trace(args, event="step", step=step, micro=micro, accum=accum, sample_ids=ids)
+        print(f"\r{step}/{args.max_steps} [loss={1.0 / step:.4f}]", end="", flush=True)
+        if step % args.save_steps == 0:
+            bad = "truncate_ckpt" in scenarios and step == args.truncate_at_step and attempt <= 1
+            save_checkpoint(args, step, truncate=bad)
+            if bad:
+                oom(args)
+    print("\ntraining finished")
+    trace(args, event="end", attempt=attempt)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The CLI surface: validate, plan, explain, events, quick start, exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAKE_TRAINER, RunResult, write_job
+
+OOM_LOG = "".join(
+    [
+        '[rank1]:   File "/home/u/train.py", line 10, in <module>\n',
+        "[rank1]:     trainer.train()\n",
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 1 "
+        "has a total capacity of 23.64 GiB of which 512.00 MiB is free.\n",
+        "[rank0]:[E1122 02:11:09.123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600084 milliseconds before timing out.\n",
+    ]
+)
+
+
+def test_validate_ok_prints_global_batch(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """validate: exit 0 and the global batch it will protect."""
+    write_job(tmp_path, [], train={"micro_batch_size": 4, "gradient_accumulation_steps": 4})
+    res = run_dsguard("validate", "job.yaml")
+    assert res.code == 0, res.proc.stderr
+    assert "global batch 16" in res.proc.stdout
+
+
+def test_validate_reports_every_problem_and_exits_2(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """Two independent mistakes are both reported with their lines."""
+    job = write_job(tmp_path, [], limits={"max_attempts": 0, "min_micro_batch_size": 16})
+    res = run_dsguard("validate", "job.yaml")
+    assert res.code == 2
+    lines = job.read_text().splitlines()
+    ma = next(i for i, line in enumerate(lines) if "max_attempts" in line) + 1
+    assert f"job.yaml:{ma}: limits.max_attempts:" in res.proc.stderr
+    assert "limits.min_micro_batch_size" in res.proc.stderr
+    assert "nothing was launched" in res.proc.stderr
+
+
+def test_plan_json_walks_the_ladder(tmp_path: Path, run_dsguard: Callable[..., RunResult]) -> None:
+    """plan --json: every step keeps the global batch; micro_batch halves to the floor."""
+    write_job(tmp_path, [], train={"micro_batch_size": 8, "gradient_accumulation_steps": 2})
+    res = run_dsguard("plan", "job.yaml", "--json")
+    assert res.code == 0, res.proc.stderr
+    plan = json.loads(res.proc.stdout)
+    oom = plan["cuda_oom"]
+    assert [s["rung"] for s in oom] == [None, "micro_batch", "micro_batch", "micro_batch",
+                                        "gradient_checkpointing"]  # fmt: skip
+    assert {s["global_batch"] for s in oom} == {16}
+    assert oom[3]["knobs"]["micro_batch_size"] == 1
+    assert oom[3]["knobs"]["gradient_accumulation_steps"] == 16
+    table = run_dsguard("plan", "job.yaml").proc.stdout
+    assert "gradient_checkpointing" in table and "(start)" in table
+
+
+def test_explain_json_on_rank_prefixed_log(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """explain --json: the OOM on rank 1 is the root cause, not the NCCL timeout after it."""
+    (tmp_path / "crash.log").write_text(OOM_LOG)
+    res = run_dsguard("explain", "crash.log", "--exit-code", "1", "--json")
+    assert res.code == 0, res.proc.stderr
+    out = json.loads(res.proc.stdout)
+    assert out["kind"] == "cuda_oom"
+    assert out["recoverable"] is True
+    assert out["rank"] == 1
+    assert any("CUDA out of memory" in line for line in out["evidence"])
+
+
+@pytest.mark.parametrize(("code", "kind"), [(-9, "killed_externally"), (137, "killed_externally"),
+                                            (247, "killed_externally"), (0, None)])  # fmt: skip
+def test_explain_decodes_sigkill_exit_codes(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult], code: int, kind: str | None
+) -> None:
+    """-9, 137 (shell) and 247 (DeepSpeed launcher) all mean SIGKILL; 0 means success."""
+    (tmp_path / "quiet.log").write_text("step 10/100 loss=1.2\n")
+    res = run_dsguard("explain", "quiet.log", "--exit-code", str(code), "--json")
+    out = json.loads(res.proc.stdout)
+    assert out["kind"] == kind
+    if kind is not None:
+        assert out["signal"] == 9
+
+
+def test_explain_missing_file_is_usage_error(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """A file that cannot be read: exit 2 with the path in the message."""
+    res = run_dsguard("explain", "nope.log")
+    assert res.code == 2 and "nope.log" in res.proc.stderr
+
+
+def test_events_filters_by_name_and_attempt(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """events --json --event X --attempt N prints only matching lines of a real run."""
+    write_job(tmp_path, ["--scenario", "oom", "--oom_above", "4"])
+    assert run_dsguard("run", "job.yaml", "--quiet").code == 0
+    res = run_dsguard("events", "runs", "--json", "--event", "attempt_started", "--attempt", "2")
+    lines = [json.loads(x) for x in res.proc.stdout.splitlines()]
+    assert len(lines) == 1
+    assert lines[0]["event"] == "attempt_started" and lines[0]["attempt"] == 2
+    human = run_dsguard("events", "job.yaml").proc.stdout
+    assert "SUCCEEDED after 2 attempt(s)" in human
+    assert "global batch 8 kept" in human
+
+
+def test_quick_start_without_job_file(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """`dsguard run -- python train.py --per_device_train_batch_size 8 ...` heals too."""
+    res = run_dsguard(
+        "run", "--quiet", "--name", "quick", "--log-dir", "qruns", "--", sys.executable,
+        str(FAKE_TRAINER), "--per_device_train_batch_size", "8", "--output_dir", "out",
+        "--trace", "trace.jsonl", "--scenario", "oom", "--oom_above", "4",
+    )  # fmt: skip
+    assert res.code == 0, res.proc.stderr
+    events = [json.loads(x) for x in (tmp_path / "qruns" / "events.jsonl").read_text().splitlines()]
+    applied = [e for e in events if e["event"] == "policy_applied"]
+    assert applied[0]["changes"]["micro_batch_size"] == [8, 4]
+    starts = [r for r in res.trace if r["event"] == "start"]
+    # The flag dsguard parsed is passed once, by dsguard, with the new value.
+    assert starts[1]["argv"].count("--per_device_train_batch_size") == 1
+    assert starts[1]["micro"] == 4 and starts[1]["resume"].endswith("checkpoint-2")
+
+
+def test_run_needs_a_job_or_command(run_dsguard: Callable[..., RunResult]) -> None:
+    """No job file and no command: usage error, exit 2."""
+    assert run_dsguard("run").code == 2

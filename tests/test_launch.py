@@ -1,0 +1,132 @@
+"""DeepSpeed config rendering and argv/env building (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dsguard.job import CheckpointSpec, DeepSpeedSpec, Job, LauncherKind
+from dsguard.knobs import DEFAULT_FLAGS, Knobs, Offload
+from dsguard.supervisor.launch import build_command, knob_args, render_deepspeed_config
+
+BASE = {
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "train_batch_size": "auto",
+    "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 500000000},
+    "bf16": {"enabled": "auto"},
+}
+
+
+def make_job(**over: object) -> Job:
+    fields: dict[str, object] = {
+        "name": "j", "source": Path("/w/job.yaml"), "workdir": Path("/w"),
+        "launcher": LauncherKind.PYTHON, "script": Path("/w/train.py"), "module": None,
+        "args": ("--output_dir", "/w/out"), "python": "/usr/bin/python3", "gpus": None,
+        "world_size": 1, "env": {"A": "1"}, "knobs": Knobs(8, 1, max_length=2048, zero_stage=2),
+        "explicit_knobs": frozenset({"micro_batch_size", "max_length"}), "flags": DEFAULT_FLAGS,
+        "deepspeed": DeepSpeedSpec(Path("/w/ds.json"), BASE), "checkpoints": CheckpointSpec(
+            Path("/w/out")), "log_dir": Path("/w/runs"),
+    }  # fmt: skip
+    fields.update(over)
+    return Job(**fields)  # type: ignore[arg-type]
+
+
+def test_render_follows_stage_and_offload_and_keeps_auto() -> None:
+    """ZeRO-3 + offload all: stage set, both offload blocks, auto batch keys untouched."""
+    cfg = render_deepspeed_config(BASE, Knobs(4, 2, zero_stage=3, offload=Offload.ALL), 1)
+    zero = cfg["zero_optimization"]
+    assert zero["stage"] == 3
+    assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert zero["offload_param"] == {"device": "cpu", "pin_memory": True}
+    assert zero["reduce_bucket_size"] == 500000000
+    assert cfg["train_micro_batch_size_per_gpu"] == "auto"
+    # HF creates a torch optimizer (no "optimizer" block): DeepSpeed needs this under offload.
+    assert cfg["zero_force_ds_cpu_optimizer"] is False
+    assert BASE["zero_optimization"] == {  # the base is not mutated
+        "stage": 2,
+        "overlap_comm": True,
+        "reduce_bucket_size": 500000000,
+    }
+
+
+def test_render_rewrites_numeric_batch_keys_to_the_knobs() -> None:
+    """Explicit numbers must match micro/accum/world or HF raises and plain DS mis-trains."""
+    base = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+            "train_batch_size": 32, "zero_optimization": {"stage": 2}}  # fmt: skip
+    cfg = render_deepspeed_config(base, Knobs(2, 4, zero_stage=2), 4)
+    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"],
+            cfg["train_batch_size"]) == (2, 4, 32)  # fmt: skip
+
+
+def test_render_removes_offload_when_knob_is_none() -> None:
+    """offload none drops both blocks (a base config's offload is reflected in the knobs)."""
+    base = {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}
+    cfg = render_deepspeed_config(base, Knobs(1, zero_stage=3), 1)
+    assert "offload_param" not in cfg["zero_optimization"]
+    kept = render_deepspeed_config(base, Knobs(1, zero_stage=3, offload=Offload.ALL), 1)
+    assert kept["zero_optimization"]["offload_param"]["device"] == "nvme"
+
+
+def test_knob_args_pass_explicit_and_changed_knobs_only() -> None:
+    """micro/accum always; max_length (explicit) yes; workers (default, unchanged) no."""
+    job = make_job()
+    args = knob_args(job, job.knobs)
+    assert args == ["--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+                    "--model_max_length", "2048"]  # fmt: skip
+    changed = knob_args(job, job.knobs.replace(gradient_checkpointing=True, pin_memory=False))
+    assert "--gradient_checkpointing" in changed
+    assert changed[changed.index("--gradient_checkpointing") + 1] == "true"
+    assert changed[changed.index("--dataloader_pin_memory") + 1] == "false"
+
+
+def test_build_command_python_with_resume_ds_and_marker() -> None:
+    """argv is a list: launcher, args, knob flags, --deepspeed, explicit resume path."""
+    job = make_job()
+    cmd = build_command(
+        job, job.knobs, run_id="R1", attempt=3, base_env={"PATH": "/bin"},
+        ds_config=Path("/w/runs/attempt-3.deepspeed.json"),
+        resume_from=Path("/w/out/checkpoint-4"), output_dir=None,
+    )  # fmt: skip
+    assert cmd.argv[:2] == ["/usr/bin/python3", "/w/train.py"]
+    assert cmd.argv[-4:] == ["--deepspeed", "/w/runs/attempt-3.deepspeed.json",
+                             "--resume_from_checkpoint", "/w/out/checkpoint-4"]  # fmt: skip
+    assert cmd.env["DSGUARD_RUN_ID"] == "R1" and cmd.env["DSGUARD_ATTEMPT"] == "3"
+    assert cmd.env["A"] == "1" and cmd.env["PATH"] == "/bin"
+    assert cmd.env["PYTHONUNBUFFERED"] == "1"
+    assert cmd.cwd == Path("/w")
+
+
+def test_build_command_new_phase_redirects_output_dir() -> None:
+    """A new phase writes to its own dir: the --output_dir value is replaced."""
+    job = make_job()
+    cmd = build_command(
+        job, job.knobs, run_id="R", attempt=1, base_env={}, ds_config=None, resume_from=None,
+        output_dir=Path("/w/out/dsguard-phase-2"),
+    )  # fmt: skip
+    i = cmd.argv.index("--output_dir")
+    assert cmd.argv[i + 1] == "/w/out/dsguard-phase-2"
+    assert "--resume_from_checkpoint" not in cmd.argv
+
+
+def test_launcher_prefixes() -> None:
+    """deepspeed --include for gpus; torchrun/accelerate nproc = world; CUDA_VISIBLE_DEVICES."""
+    ds = build_command(
+        make_job(launcher=LauncherKind.DEEPSPEED, gpus=(0, 2), world_size=2), Knobs(8),
+        run_id="R", attempt=1, base_env={}, ds_config=None, resume_from=None, output_dir=None,
+    )  # fmt: skip
+    assert "--include" in ds.argv and "localhost:0,2" in ds.argv
+    assert "CUDA_VISIBLE_DEVICES" not in ds.env
+    tr = build_command(
+        make_job(launcher=LauncherKind.TORCHRUN, gpus=(1,), world_size=1), Knobs(8),
+        run_id="R", attempt=1, base_env={}, ds_config=None, resume_from=None, output_dir=None,
+    )  # fmt: skip
+    assert tr.argv[1:4] == ["-m", "torch.distributed.run", "--standalone"]
+    assert "--nproc_per_node=1" in tr.argv and tr.env["CUDA_VISIBLE_DEVICES"] == "1"
+    acc = build_command(
+        make_job(launcher=LauncherKind.ACCELERATE, world_size=2, module="pkg.train",
+                 script=None),
+        Knobs(8), run_id="R", attempt=1, base_env={}, ds_config=None, resume_from=None,
+        output_dir=None,
+    )  # fmt: skip
+    assert acc.argv[1:5] == ["-m", "accelerate.commands.launch", "--num_processes=2", "-m"]
+    assert acc.argv[5] == "pkg.train"
