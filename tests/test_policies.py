@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from dsguard.supervisor.classify import FailureKind
 
 from dsguard.job import Ladder, Limits
 from dsguard.knobs import DEFAULT_FLAGS, Knobs, Offload
@@ -18,6 +17,7 @@ from dsguard.policies.ladder import (
     plan,
 )
 from dsguard.policies.rungs import RungContext
+from dsguard.supervisor.classify import FailureKind
 
 CTX = RungContext(
     min_micro_batch_size=1,

@@ -1,0 +1,34 @@
+# One-command entry points. Each target creates its own environment on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: test lint unit demo clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+
+unit: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+# The README's test command: lint, types, and the whole test suite.
+test: lint unit
+
+# Supervise the scripted demo job: it OOMs twice and heals to a smaller micro-batch.
+demo: $(VENV)/.installed
+	rm -rf runs/demo-scripted && mkdir -p runs/demo-scripted
+	$(VENV)/bin/dsguard run configs/examples/demo-scripted.yaml --quiet; \
+	code=$$?; $(VENV)/bin/dsguard events runs/demo-scripted \
+	  --event attempt_started --event failure_detected --event policy_applied \
+	  --event run_succeeded --event run_gave_up; exit $$code
+
+clean:
+	rm -rf $(VENV) runs .mypy_cache .ruff_cache .pytest_cache src/*.egg-info
