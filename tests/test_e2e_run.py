@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from tests.conftest import RunResult, dsguard_cmd, write_job
 
 pytestmark = pytest.mark.e2e
