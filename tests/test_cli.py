@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -137,3 +138,17 @@ def test_quick_start_without_job_file(
 def test_run_needs_a_job_or_command(run_dsguard: Callable[..., RunResult]) -> None:
     """No job file and no command: usage error, exit 2."""
     assert run_dsguard("run").code == 2
+
+
+def test_supervisor_path_never_imports_torch() -> None:
+    """Importing the CLI, loop, classifier and policies loads no torch/deepspeed/transformers."""
+    code = (
+        "import sys, dsguard.cli, dsguard.supervisor.loop, dsguard.jobfile, "
+        "dsguard.policies.ladder; "
+        "print(sorted(m for m in ('torch', 'deepspeed', 'transformers', 'peft') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
