@@ -14,13 +14,19 @@ from typing import Any
 
 from dsguard.job import Job, LauncherKind
 from dsguard.knobs import FLAG_KNOBS, Knobs, Offload
+from dsguard.protocol import (
+    ATTEMPT_ENV,
+    CONTROL_DIR_ENV,
+    CONTROL_SUBDIR,
+    HEARTBEAT_DIR_ENV,
+    HEARTBEAT_SUBDIR,
+    LOG_DIR_ENV,
+    RUN_ID_ENV,
+)
 
-#: Marker variable every process of an attempt inherits. It survives re-parenting and new
-#: sessions (torchrun starts each worker in its own session), so the kill sweep can find
-#: exactly the processes dsguard started, and nothing else.
-RUN_ID_ENV = "DSGUARD_RUN_ID"
-ATTEMPT_ENV = "DSGUARD_ATTEMPT"
-LOG_DIR_ENV = "DSGUARD_LOG_DIR"
+# RUN_ID_ENV/ATTEMPT_ENV are the marker every process of an attempt inherits. It survives
+# re-parenting and new sessions (torchrun starts each worker in its own session), so the kill
+# sweep can find exactly the processes dsguard started, and nothing else.
 
 _BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 
@@ -174,6 +180,8 @@ def build_command(
     env[RUN_ID_ENV] = run_id
     env[ATTEMPT_ENV] = str(attempt)
     env[LOG_DIR_ENV] = str(job.log_dir)
+    env[HEARTBEAT_DIR_ENV] = str(job.log_dir / HEARTBEAT_SUBDIR)
+    env[CONTROL_DIR_ENV] = str(job.log_dir / CONTROL_SUBDIR)
     # Without this, a Python child block-buffers its output when it is a pipe, and a CUDA OOM
     # traceback could sit in the buffer while the other ranks hang in NCCL.
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from dsguard.supervisor.launch import ATTEMPT_ENV, RUN_ID_ENV, Command
+from dsguard.protocol import ATTEMPT_ENV, RUN_ID_ENV
+from dsguard.supervisor.launch import Command
 
 #: Bigger than the default 64 KiB so a burst of output (a traceback from every rank at once)
 #: never blocks a rank in write() while the watcher is busy.
