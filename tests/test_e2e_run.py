@@ -47,6 +47,10 @@ def test_oom_heals_to_micro_2_keeping_global_batch(
     }
     assert all(e["new_phase"] is False for e in applied)
 
+    # transformers <= 5.1 would restore micro 8 from trainer_state.json: patched, recorded.
+    patched = res.named("checkpoint_patched")
+    assert [(p["old"], p["new"]) for p in patched] == [(8, 4), (4, 2)]
+
     # Same samples per optimizer step as an uninterrupted run at micro 8 x accum 1.
     assert _steps(res.trace) == {s: [(s - 1) * 8, s * 8 - 1] for s in range(1, 7)}
 

@@ -320,3 +320,15 @@ def test_world_size_enters_global_batch() -> None:
     d = decide(FailureKind.CUDA_OOM, knobs=Knobs(6, 2), positions={}, history=(), cfg=cfg(world=4))
     assert isinstance(d, Relaunch)
     assert Knobs(6, 2).global_batch(4) == d.knobs.global_batch(4) == 48
+
+
+def test_zero_stage_change_is_exact_with_transplant_capability() -> None:
+    """With the zero_transplant capability, ZeRO-2 -> 3 resumes exactly: no new phase."""
+    ctx = RungContext(1, 512, DEFAULT_FLAGS, True, can_start_phase=False, exact_zero_transfer=True)
+    move = rungs.zero3(Knobs(8, zero_stage=2), ctx)
+    assert move is not None and move.knobs.zero_stage == 3 and move.new_phase is False
+    # ZeRO-0 has no partitioned optimizer state to transplant: still a new phase (refused here).
+    assert rungs.offload_optimizer(Knobs(8, zero_stage=0), ctx) is None
+    params = rungs.offload_params(Knobs(8, zero_stage=2), ctx)
+    assert params is not None and params.new_phase is False
+    assert params.knobs.offload is Offload.ALL and params.knobs.zero_stage == 3

@@ -80,6 +80,25 @@ class Limits:
     stop_grace_s: float = 45.0
     #: Grace after a fatal line (CUDA OOM): the other ranks would hang in NCCL, so be quick.
     fatal_grace_s: float = 2.0
+    #: No output and no heartbeat for this long = a hang. Longer than legitimate pauses
+    #: (first-step compile, eval, a large checkpoint save), shorter than the NCCL timeout
+    #: (DeepSpeed 10 min, HF ddp_timeout 30 min) is the useful range for heartbeat users.
+    hang_timeout_s: float = 1800.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Per-job caps, so two jobs can share one workstation.
+
+    ``gpu_memory_fraction`` is enforced inside the training process by torch's own
+    per-process cap (the dsguard callback sets it; the supervisor also passes it through
+    ``PYTORCH_CUDA_ALLOC_CONF``). ``host_memory_limit_bytes`` is a real kernel limit on every
+    process of the attempt (RLIMIT_AS, per process: virtual address space, which CUDA inflates
+    with its reservations; use it for CPU training, or systemd's MemoryMax for a GPU job).
+    """
+
+    gpu_memory_fraction: float | None = None
+    host_memory_limit_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +129,4 @@ class Job:
     ladder: Ladder = field(default_factory=Ladder)
     limits: Limits = field(default_factory=Limits)
     log_dir: Path = Path("runs")
+    resources: Resources = field(default_factory=Resources)

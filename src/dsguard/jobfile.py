@@ -38,6 +38,7 @@ from dsguard.job import (
     Ladder,
     LauncherKind,
     Limits,
+    Resources,
 )
 from dsguard.knobs import DEFAULT_FLAGS, FLAG_KNOBS, KNOB_NAMES, Knobs, Offload
 
@@ -147,6 +148,13 @@ class LimitsSection(_Model):
     healthy_uptime_s: float | None = Field(default=None, ge=0)
     stop_grace_s: float | None = Field(default=None, ge=0)
     fatal_grace_s: float | None = Field(default=None, ge=0)
+    hang_timeout_s: float | None = Field(default=None, gt=0)
+
+
+class ResourcesSection(_Model):
+    gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    #: Bytes, or a size such as "6GiB", "800MiB", "1.5G".
+    host_memory_limit: int | str | None = None
 
 
 class _TopSection(_Model):
@@ -175,6 +183,7 @@ class JobFileModel(_TopSection):
     checkpoints: CheckpointsSection | None = None
     ladder: LadderSection | None = None
     limits: LimitsSection | None = None
+    resources: ResourcesSection | None = None
 
 
 _SECTIONS: dict[str, type[_Model]] = {
@@ -184,10 +193,11 @@ _SECTIONS: dict[str, type[_Model]] = {
     "checkpoints": CheckpointsSection,
     "ladder": LadderSection,
     "limits": LimitsSection,
+    "resources": ResourcesSection,
 }
 #: Sections (and lists/maps) where an empty ``key:`` (YAML null) just means "not given":
 #: templates often keep the key with every entry commented out.
-_NULL_MEANS_ABSENT = frozenset({"args", "env", "flags", "ladder", "limits"})
+_NULL_MEANS_ABSENT = frozenset({"args", "env", "flags", "ladder", "limits", "resources"})
 #: Stand-ins for required fields that failed validation, so that the remaining checks still
 #: run; the field is remembered as bad and checks that read it are skipped.
 _FALLBACKS: dict[str, dict[str, Any]] = {
@@ -687,6 +697,7 @@ def load_job(path: Path) -> Job:
         checkpoints=section("checkpoints", CheckpointsSection),
         ladder=section("ladder", LadderSection),
         limits=section("limits", LimitsSection),
+        resources=section("resources", ResourcesSection),
     )
     job = _build(ctx, base_dir, source, parsed)
     if job is None and not ctx.problems:  # every path to None records why; never raise empty
@@ -736,6 +747,42 @@ class _Sections:
     checkpoints: _Checked[CheckpointsSection] | None
     ladder: _Checked[LadderSection] | None
     limits: _Checked[LimitsSection] | None
+    resources: _Checked[ResourcesSection] | None = None
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "kib": 1024,
+    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1000**4, "tb": 1000**4, "tib": 1024**4,
+}  # fmt: skip
+
+
+def parse_size(value: int | str) -> int | None:
+    """Bytes from an int or a size string ("6GiB", "800M", "1.5 GB"); None if unparseable."""
+    if isinstance(value, int):
+        return value if value > 0 else None
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
+    if m is None or m.group(2).lower() not in _SIZE_UNITS:
+        return None
+    size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    return size if size > 0 else None
+
+
+def _build_resources(ctx: _Context, parsed: _Checked[ResourcesSection] | None) -> Resources:
+    if parsed is None or parsed.model is None:
+        return Resources()
+    rm = parsed.model
+    host: int | None = None
+    if rm.host_memory_limit is not None:
+        host = parse_size(rm.host_memory_limit)
+        if host is None:
+            ctx.add(
+                ("resources", "host_memory_limit"),
+                f"{rm.host_memory_limit!r} is not a size; write bytes or e.g. 6GiB, 800MiB",
+            )
+    return Resources(gpu_memory_fraction=rm.gpu_memory_fraction, host_memory_limit_bytes=host)
 
 
 def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Job | None:
@@ -993,6 +1040,7 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
                 f"{min_len} is above train.max_length ({max_len})",
             )
 
+    resources = _build_resources(ctx, parsed.resources)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
         return None
     name = top.name
@@ -1017,6 +1065,7 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
         ladder=ladder,
         limits=limits,
         log_dir=log_dir,
+        resources=resources,
     )
 
 

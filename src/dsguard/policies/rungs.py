@@ -27,6 +27,10 @@ class RungContext:
     #: False when dsguard cannot redirect the script's output dir; moves that start a new
     #: phase are then refused rather than letting the new phase overwrite the old checkpoints.
     can_start_phase: bool
+    #: The training process announced it can resume a checkpoint saved under another ZeRO
+    #: stage exactly (fp32 weights, Adam moments and step transplanted into the new engine),
+    #: so a stage change between ZeRO 1/2 and 3 is a plain resume, not a new phase.
+    exact_zero_transfer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,17 +97,32 @@ def max_length(k: Knobs, ctx: RungContext) -> Move | None:
     )
 
 
-def zero3(k: Knobs, ctx: RungContext) -> Move | None:
-    """Shard parameters too (ZeRO-3). A ZeRO-2 checkpoint does not load under ZeRO-3."""
-    if not ctx.has_deepspeed or k.zero_stage is None or k.zero_stage >= 3:
-        return None
+def _stage_change(old: int, new: int, knobs: Knobs, ctx: RungContext) -> Move | None:
+    """A move that changes the ZeRO stage: exact when the training process can transplant
+    the optimizer state (stages 1-3), otherwise a new phase (a plain DeepSpeed resume dies
+    with a bare AssertionError when the saved stage differs) or refused."""
+    if ctx.exact_zero_transfer and old >= 1:
+        return Move(
+            knobs,
+            caveats=(
+                f"ZeRO-{old} -> ZeRO-{new}: the training process transplants the checkpoint's "
+                "fp32 weights, Adam moments and step into the new engine (exact resume)",
+            ),
+        )
     if not ctx.can_start_phase:
         return None
     return Move(
-        k.replace(zero_stage=3),
+        knobs,
         new_phase=True,
-        caveats=(f"ZeRO-{k.zero_stage} checkpoints cannot be resumed under ZeRO-3",),
+        caveats=(f"ZeRO-{old} checkpoints cannot be resumed under ZeRO-{new}",),
     )
+
+
+def zero3(k: Knobs, ctx: RungContext) -> Move | None:
+    """Shard parameters too (ZeRO-3)."""
+    if not ctx.has_deepspeed or k.zero_stage is None or k.zero_stage >= 3:
+        return None
+    return _stage_change(k.zero_stage, 3, k.replace(zero_stage=3), ctx)
 
 
 def offload_optimizer(k: Knobs, ctx: RungContext) -> Move | None:
@@ -115,12 +134,13 @@ def offload_optimizer(k: Knobs, ctx: RungContext) -> Move | None:
     if not ctx.has_deepspeed or k.zero_stage is None or k.offload is not Offload.NONE:
         return None
     if k.zero_stage == 0:
-        if not ctx.can_start_phase:
+        move = _stage_change(0, 2, k.replace(zero_stage=2, offload=Offload.OPTIMIZER), ctx)
+        if move is None:
             return None
         return Move(
-            k.replace(zero_stage=2, offload=Offload.OPTIMIZER),
-            new_phase=True,
-            caveats=("offload needs ZeRO >= 1: switched ZeRO-0 -> ZeRO-2",),
+            move.knobs,
+            new_phase=move.new_phase,
+            caveats=("offload needs ZeRO >= 1: switched ZeRO-0 -> ZeRO-2", *move.caveats),
         )
     return Move(k.replace(offload=Offload.OPTIMIZER))
 
@@ -130,12 +150,13 @@ def offload_params(k: Knobs, ctx: RungContext) -> Move | None:
     if not ctx.has_deepspeed or k.zero_stage is None or k.offload is Offload.ALL:
         return None
     if k.zero_stage < 3:
-        if not ctx.can_start_phase:
+        move = _stage_change(k.zero_stage, 3, k.replace(zero_stage=3, offload=Offload.ALL), ctx)
+        if move is None:
             return None
         return Move(
-            k.replace(zero_stage=3, offload=Offload.ALL),
-            new_phase=True,
-            caveats=(f"parameter offload needs ZeRO-3: switched ZeRO-{k.zero_stage} -> ZeRO-3",),
+            move.knobs,
+            new_phase=move.new_phase,
+            caveats=(f"parameter offload needs ZeRO-3 (was ZeRO-{k.zero_stage})", *move.caveats),
         )
     return Move(k.replace(offload=Offload.ALL))
 

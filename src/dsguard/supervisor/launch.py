@@ -7,6 +7,7 @@ config to ``log_dir``). argv is always a list: no shell ever parses user argumen
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,10 @@ from dsguard.protocol import (
     ATTEMPT_ENV,
     CONTROL_DIR_ENV,
     CONTROL_SUBDIR,
+    GPU_MEMORY_FRACTION_ENV,
     HEARTBEAT_DIR_ENV,
     HEARTBEAT_SUBDIR,
+    INIT_FROM_ENV,
     LOG_DIR_ENV,
     RUN_ID_ENV,
 )
@@ -156,6 +159,8 @@ def build_command(
     ds_config: Path | None,
     resume_from: Path | None,
     output_dir: Path | None,
+    init_from: Path | None = None,
+    supervisor_python: str = sys.executable,
 ) -> Command:
     """argv, environment and cwd of one attempt.
 
@@ -164,6 +169,9 @@ def build_command(
         ds_config: the rendered DeepSpeed config of this attempt, if the job uses DeepSpeed.
         resume_from: explicit checkpoint path (never "latest": HF would pick an unvalidated one).
         output_dir: when set, replaces the value of the job's output flag (a new phase).
+        init_from: checkpoint whose consolidated weights a new phase starts from (honoured by
+            training code that announces the ``init_from`` capability).
+        supervisor_python: interpreter for dsguard's own exec shim (resource limits).
     """
     args = list(job.args)
     ckpt = job.checkpoints
@@ -174,6 +182,10 @@ def build_command(
         argv += [job.deepspeed.flag, str(ds_config)]
     if resume_from is not None and ckpt is not None and ckpt.resume_flag is not None:
         argv += [ckpt.resume_flag, str(resume_from)]
+    limit = job.resources.host_memory_limit_bytes
+    if limit is not None:
+        shim = [supervisor_python, "-m", "dsguard.supervisor.limit_exec", "--as-bytes"]
+        argv = [*shim, str(limit), "--", *argv]
 
     env = dict(base_env)
     env.update(job.env)
@@ -185,6 +197,15 @@ def build_command(
     # Without this, a Python child block-buffers its output when it is a pipe, and a CUDA OOM
     # traceback could sit in the buffer while the other ranks hang in NCCL.
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if job.resources.gpu_memory_fraction is not None:
+        # Applied inside the training process by torch.cuda.set_per_process_memory_fraction
+        # (dsguard's callback). Not injected into PYTORCH_CUDA_ALLOC_CONF: an option the
+        # installed torch does not know aborts CUDA initialisation for the whole job.
+        env[GPU_MEMORY_FRACTION_ENV] = str(job.resources.gpu_memory_fraction)
+    if init_from is not None:
+        env[INIT_FROM_ENV] = str(init_from)
+    else:
+        env.pop(INIT_FROM_ENV, None)
     if job.gpus is not None and job.launcher is not LauncherKind.DEEPSPEED:
         # The DeepSpeed runner selects devices with --include and rewrites this variable.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)

@@ -6,6 +6,7 @@ until the job succeeds, the policy gives up, or dsguard is asked to stop.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -27,6 +28,7 @@ from dsguard.policies.ladder import (
     decide,
     is_recoverable,
 )
+from dsguard.protocol import CAP_INIT_FROM, CAP_ZERO_TRANSPLANT, HEARTBEAT_SUBDIR
 from dsguard.supervisor import checkpoints as ckpts
 from dsguard.supervisor.classify import (
     Evidence,
@@ -36,9 +38,11 @@ from dsguard.supervisor.classify import (
     decode_exit,
 )
 from dsguard.supervisor.events import EVENTS_FILENAME, EventLog
+from dsguard.supervisor.heartbeat import capabilities, read_heartbeats
 from dsguard.supervisor.hostmem import oom_kill_count
 from dsguard.supervisor.launch import build_command, render_deepspeed_config
 from dsguard.supervisor.proc import Child, EndReport, attempt_processes, end_attempt, spawn
+from dsguard.supervisor.resume import patch_train_batch_size
 from dsguard.supervisor.state import STATE_FILENAME, RunState, StateMachine, write_json_atomic
 from dsguard.supervisor.watch import OutputPump
 
@@ -242,6 +246,11 @@ class Supervisor:
         ckpt_root = job.checkpoints.dir if job.checkpoints is not None else None
         ckpt_dir = ckpt_root
         phase_output: Path | None = None
+        #: Weights a new phase starts from (every attempt of the phase: a LoRA phase's own
+        #: checkpoints hold only adapters, so the base must be these weights on resume too).
+        phase_init_from: Path | None = None
+        #: What the training code announced in its heartbeats (the last attempt that did).
+        caps: frozenset[str] = frozenset()
         run_t0 = self.monotonic()
         sm = StateMachine(
             job.log_dir / STATE_FILENAME,
@@ -274,6 +283,15 @@ class Supervisor:
                 allow = attempt > 1 or job.checkpoints.resume_at_start
                 resume = self._pick_checkpoint(events, ckpt_dir, allow)
                 start_step = self._newest_complete_step(ckpt_dir)
+                if resume is not None:
+                    patch = patch_train_batch_size(resume, knobs.micro_batch_size)
+                    if patch is not None:
+                        events.emit(
+                            "checkpoint_patched", path=patch.path, key=patch.key,
+                            old=patch.old, new=patch.new, backup=patch.backup,
+                            reason="transformers <= 5.1 would restore the old micro-batch on "
+                            "resume and ignore the new one",
+                        )  # fmt: skip
 
             ds_path: Path | None = None
             if job.deepspeed is not None:
@@ -283,6 +301,7 @@ class Supervisor:
             cmd = build_command(
                 job, knobs, run_id=run_id, attempt=attempt, base_env=self.base_env,
                 ds_config=ds_path, resume_from=resume, output_dir=phase_output,
+                init_from=phase_init_from,
             )  # fmt: skip
             log_path = job.log_dir / f"attempt-{attempt}.log"
             oom_before = self.oom_probe()
@@ -299,7 +318,7 @@ class Supervisor:
                 "attempt_started", pid=child.pid, argv=cmd.argv, cwd=cmd.cwd,
                 knobs=knobs.as_dict(), global_batch=knobs.global_batch(world),
                 world_size=world, phase=phase, resume_from=resume, deepspeed_config=ds_path,
-                output_dir=phase_output, log=log_path,
+                output_dir=phase_output, init_from=phase_init_from, log=log_path,
             )  # fmt: skip
             # STARTING/BACKOFF -> RUNNING: the attempt's launcher is alive.
             sm.transition(
@@ -310,10 +329,22 @@ class Supervisor:
 
             out = self._run_attempt(events, sm, child, log_path, t0)
             status = decode_exit(out.exit_code)
+            beats = read_heartbeats(job.log_dir / HEARTBEAT_SUBDIR, attempt)
+            if beats:
+                caps = capabilities(beats)
+            last = max(beats, key=lambda hb: hb.global_step, default=None)
             events.emit(
                 "attempt_finished", exit_code=out.exit_code, signal=status.signal,
                 ended_by=out.ended_by, duration_s=round(out.duration_s, 3),
                 output_bytes=out.output_bytes, output_lines=out.classifier.lines_seen,
+                last_step=None if last is None else last.global_step,
+                last_loss=None if last is None else last.loss,
+                gpu_mem_peak_bytes=max(
+                    (hb.max_memory_reserved_bytes or 0 for hb in beats), default=None
+                ) or None,
+                host_rss_bytes=max((hb.host_rss_bytes or 0 for hb in beats), default=None)
+                or None,
+                capabilities=sorted(caps),
             )  # fmt: skip
             if out.ended_by == "stop":
                 return self._stopped(events, sm, attempt)
@@ -348,8 +379,12 @@ class Supervisor:
             )  # fmt: skip
             history.append(AttemptRecord(attempt, failure.kind, out.duration_s, progressed))
             sm.update(history=[h.as_dict() for h in history])
+            cfg_now = dataclasses.replace(
+                cfg,
+                ctx=dataclasses.replace(cfg.ctx, exact_zero_transfer=CAP_ZERO_TRANSPLANT in caps),
+            )
             decision = decide(
-                failure.kind, knobs=knobs, positions=positions, history=history, cfg=cfg
+                failure.kind, knobs=knobs, positions=positions, history=history, cfg=cfg_now
             )
             if isinstance(decision, GiveUp):
                 events.emit(
@@ -371,7 +406,12 @@ class Supervisor:
             knobs = decision.knobs
             positions = decision.positions
             extra: dict[str, Any] = {}
-            if decision.new_phase and ckpt_root is not None:
+            if decision.new_phase and ckpt_root is not None and ckpt_dir is not None:
+                if CAP_INIT_FROM in caps:
+                    done = ckpts.select_checkpoint(ckpt_dir, world_size=world).chosen
+                    phase_init_from = done.path if done is not None else phase_init_from
+                else:
+                    phase_init_from = None
                 phase += 1
                 ckpt_dir = ckpt_root / f"dsguard-phase-{phase}"
                 phase_output = ckpt_dir
@@ -384,12 +424,18 @@ class Supervisor:
                 **extra,
             )  # fmt: skip
             if decision.new_phase:
+                start = (
+                    f"the consolidated weights of {phase_init_from}"
+                    if phase_init_from is not None
+                    else "the initial model (the training code does not announce init_from)"
+                )
                 events.emit(
                     "phase_started", phase=phase, output_dir=phase_output,
+                    init_from=phase_init_from,
                     reason=(
                         "the previous phase's checkpoints cannot be resumed exactly under the "
-                        "new config; this phase starts from the initial model in its own "
-                        "output dir (earlier checkpoints are kept)"
+                        f"new config; this phase starts from {start} with a fresh optimizer "
+                        "and LR schedule, in its own output dir (earlier checkpoints are kept)"
                     ),
                 )  # fmt: skip
             # RUNNING/ENDING -> BACKOFF: relaunch after the delay with the decided knobs.
