@@ -74,6 +74,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--truncate_at_step", type=int, default=4)
     p.add_argument("--flood_mb", type=int, default=0)
     p.add_argument("--rank_prefix", default="")
+    p.add_argument(
+        "--alloc_mb_per_sample", type=int, default=0,
+        help="really allocate micro x this many MiB of host memory (hits a real RLIMIT_AS)",
+    )  # fmt: skip
     return p.parse_args()
 
 
@@ -165,6 +169,10 @@ def main() -> int:
             out.write(chunk)
         out.flush()
 
+    if args.alloc_mb_per_sample:
+        # A real allocation: under RLIMIT_AS this raises a real MemoryError.
+        activations = bytearray(micro * args.alloc_mb_per_sample * 1024 * 1024)
+        activations[::4096] = b"\1" * len(activations[::4096])
     global_batch = micro * accum
     for step in range(start + 1, args.max_steps + 1):
         if "oom" in scenarios and micro > args.oom_above and step >= args.fail_at_step:

@@ -220,3 +220,51 @@ def test_sigterm_stops_run_with_143_and_no_child_left(tmp_path: Path) -> None:
     assert not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == "zombie"
     res = RunResult(subprocess.CompletedProcess([], 143, "", ""), tmp_path)
     assert res.named("run_stopped")[0]["signal"] == signal.SIGTERM
+
+
+def test_real_host_memory_limit_walks_host_oom_ladder(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """resources.host_memory_limit is a real RLIMIT_AS: micro 8 x 48 MiB fails, 4 fits."""
+    write_job(
+        tmp_path,
+        ["--scenario", "ok", "--alloc_mb_per_sample", "48"],
+        resources={"host_memory_limit": "320MiB"},
+        train={"micro_batch_size": 8, "gradient_accumulation_steps": 1, "pin_memory": False},
+    )
+    res = run_dsguard("run", "job.yaml", "--quiet")
+    assert res.code == 0, res.proc.stderr
+    failures = res.named("failure_detected")
+    assert [f["kind"] for f in failures] == ["host_oom"]
+    assert "MemoryError" in " ".join(failures[0]["evidence"])
+    applied = res.named("policy_applied")
+    assert [a["rung"] for a in applied] == ["micro_batch"]
+    assert applied[0]["global_batch_before"] == applied[0]["global_batch_after"] == 8
+    argv = res.named("attempt_started")[0]["argv"]
+    assert "dsguard.supervisor.exec_shim" in argv and "--as-bytes" in argv
+
+
+def test_launcher_gets_sigterm_when_dsguard_is_killed(tmp_path: Path) -> None:
+    """Parent-death signal: SIGKILL of dsguard ends the training process it started."""
+    write_job(tmp_path, ["--scenario", "ok", "--max_steps", "100000", "--step_s", "0.05"])
+    proc = subprocess.Popen(
+        dsguard_cmd("run", "job.yaml", "--quiet"), cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    trace = tmp_path / "trace.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "step" not in (
+        trace.read_text() if trace.exists() else ""
+    ):
+        time.sleep(0.05)
+    trainer_pid = int(__import__("json").loads(trace.read_text().splitlines()[0])["pid"])
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and psutil.pid_exists(trainer_pid):
+        if psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.05)
+    assert not psutil.pid_exists(trainer_pid) or (
+        psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE
+    )

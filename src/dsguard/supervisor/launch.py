@@ -161,6 +161,7 @@ def build_command(
     output_dir: Path | None,
     init_from: Path | None = None,
     supervisor_python: str = sys.executable,
+    supervisor_pid: int | None = None,
 ) -> Command:
     """argv, environment and cwd of one attempt.
 
@@ -171,7 +172,9 @@ def build_command(
         output_dir: when set, replaces the value of the job's output flag (a new phase).
         init_from: checkpoint whose consolidated weights a new phase starts from (honoured by
             training code that announces the ``init_from`` capability).
-        supervisor_python: interpreter for dsguard's own exec shim (resource limits).
+        supervisor_python: interpreter for dsguard's own exec shim.
+        supervisor_pid: when set, the shim makes the launcher receive SIGTERM if this
+            process dies (parent-death signal).
     """
     args = list(job.args)
     ckpt = job.checkpoints
@@ -182,10 +185,13 @@ def build_command(
         argv += [job.deepspeed.flag, str(ds_config)]
     if resume_from is not None and ckpt is not None and ckpt.resume_flag is not None:
         argv += [ckpt.resume_flag, str(resume_from)]
-    limit = job.resources.host_memory_limit_bytes
-    if limit is not None:
-        shim = [supervisor_python, "-m", "dsguard.supervisor.limit_exec", "--as-bytes"]
-        argv = [*shim, str(limit), "--", *argv]
+    if supervisor_pid is not None or job.resources.host_memory_limit_bytes is not None:
+        shim = [supervisor_python, "-m", "dsguard.supervisor.exec_shim"]
+        if supervisor_pid is not None:
+            shim += ["--parent", str(supervisor_pid)]
+        if job.resources.host_memory_limit_bytes is not None:
+            shim += ["--as-bytes", str(job.resources.host_memory_limit_bytes)]
+        argv = [*shim, "--", *argv]
 
     env = dict(base_env)
     env.update(job.env)

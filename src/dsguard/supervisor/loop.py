@@ -301,7 +301,7 @@ class Supervisor:
             cmd = build_command(
                 job, knobs, run_id=run_id, attempt=attempt, base_env=self.base_env,
                 ds_config=ds_path, resume_from=resume, output_dir=phase_output,
-                init_from=phase_init_from,
+                init_from=phase_init_from, supervisor_pid=os.getpid(),
             )  # fmt: skip
             log_path = job.log_dir / f"attempt-{attempt}.log"
             oom_before = self.oom_probe()
