@@ -11,6 +11,7 @@ JSONL trace so tests can check what the supervisor really made it do.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import signal
@@ -74,6 +75,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--truncate_at_step", type=int, default=4)
     p.add_argument("--flood_mb", type=int, default=0)
     p.add_argument("--rank_prefix", default="")
+    p.add_argument("--exclusive_lock", help="flock this file; a second trainer exits 3")
+    p.add_argument("--fail_attempts", type=int, default=1 << 30, help="fail only if attempt <= N")
+    p.add_argument("--save_s", type=float, default=0.0, help="a checkpoint save takes this long")
     p.add_argument(
         "--alloc_mb_per_sample", type=int, default=0,
         help="really allocate micro x this many MiB of host memory (hits a real RLIMIT_AS)",
@@ -125,6 +129,30 @@ def save_checkpoint(args: argparse.Namespace, step: int, *, truncate: bool = Fal
     return ckpt
 
 
+def heartbeat(args: argparse.Namespace, event: str, step: int) -> None:
+    """What dsguard's HF callback does, in miniature: announce capabilities and progress."""
+    hb_dir = os.environ.get("DSGUARD_HEARTBEAT_DIR")
+    if not hb_dir or "heartbeat" not in args.scenario:
+        return
+    attempt = int(os.environ.get("DSGUARD_ATTEMPT", "0"))
+    Path(hb_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(hb_dir) / f"attempt-{attempt}-rank-0.json"
+    record = {
+        "attempt": attempt, "rank": 0, "pid": os.getpid(), "time_s": time.time(),
+        "event": event, "global_step": step, "loss": 1.0 / max(step, 1),
+        "capabilities": ["heartbeat", "save_and_stop"],
+    }  # fmt: skip
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
+
+
+def stop_requested() -> bool:
+    control = os.environ.get("DSGUARD_CONTROL_DIR")
+    attempt = os.environ.get("DSGUARD_ATTEMPT", "0")
+    return control is not None and (Path(control) / f"stop-attempt-{attempt}.json").exists()
+
+
 def oom(args: argparse.Namespace) -> None:
     prefix = args.rank_prefix
     for line in TRACEBACK_HEAD.splitlines():
@@ -146,6 +174,26 @@ def main() -> int:
     if args.resume_from_checkpoint:
         state = json.loads((Path(args.resume_from_checkpoint) / "trainer_state.json").read_text())
         start = int(state["global_step"])
+    if args.exclusive_lock:
+        lock_fd = os.open(args.exclusive_lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            trace(args, event="two_trainers", attempt=attempt, pid=os.getpid())
+            print("TWO TRAINERS AT ONCE", file=sys.stderr)
+            return 3
+    current = {"step": start}
+    if "save_on_sigterm" in scenarios:
+
+        def on_term(_sig: int, _frame: object) -> None:
+            # Like transformers' JIT checkpoint: save the current step, then exit 0.
+            time.sleep(args.save_s)
+            save_checkpoint(args, current["step"])
+            trace(args, event="saved_on_sigterm", step=current["step"])
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+    heartbeat(args, "train_begin", start)
     trace(
         args, event="start", attempt=attempt, pid=os.getpid(), micro=micro, accum=accum,
         resume=args.resume_from_checkpoint, start_step=start, argv=sys.argv[1:],
@@ -174,7 +222,11 @@ def main() -> int:
         activations = bytearray(micro * args.alloc_mb_per_sample * 1024 * 1024)
         activations[::4096] = b"\1" * len(activations[::4096])
     global_batch = micro * accum
+    failing = attempt <= args.fail_attempts
     for step in range(start + 1, args.max_steps + 1):
+        if "hang" in scenarios and failing and step >= args.fail_at_step:
+            while True:  # silent, like a rank stuck in a collective
+                time.sleep(3600)
         if "oom" in scenarios and micro > args.oom_above and step >= args.fail_at_step:
             oom(args)
         if "user_error" in scenarios and step >= args.fail_at_step:
@@ -182,9 +234,17 @@ def main() -> int:
         if "sigkill" in scenarios and step >= args.fail_at_step:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(args.step_s)
+        current["step"] = step
         ids = [(step - 1) * global_batch, step * global_batch - 1]
         trace(args, event="step", step=step, micro=micro, accum=accum, sample_ids=ids)
         print(f"\r{step}/{args.max_steps} [loss={1.0 / step:.4f}]", end="", flush=True)
+        heartbeat(args, "step", step)
+        if stop_requested():
+            time.sleep(args.save_s)
+            save_checkpoint(args, step)
+            heartbeat(args, "stop_requested", step)
+            trace(args, event="saved_on_request", step=step)
+            return 0
         if step % args.save_steps == 0:
             bad = "truncate_ckpt" in scenarios and step == args.truncate_at_step and attempt <= 1
             save_checkpoint(args, step, truncate=bad)

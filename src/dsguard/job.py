@@ -84,6 +84,9 @@ class Limits:
     #: (first-step compile, eval, a large checkpoint save), shorter than the NCCL timeout
     #: (DeepSpeed 10 min, HF ddp_timeout 30 min) is the useful range for heartbeat users.
     hang_timeout_s: float = 1800.0
+    #: On a graceful stop, how long the training process may take to save a checkpoint
+    #: after dsguard asked it to (only with the save_and_stop capability).
+    stop_save_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,6 +149,7 @@ class LimitsSection(_Model):
     stop_grace_s: float | None = Field(default=None, ge=0)
     fatal_grace_s: float | None = Field(default=None, ge=0)
     hang_timeout_s: float | None = Field(default=None, gt=0)
+    stop_save_timeout_s: float | None = Field(default=None, ge=0)
 
 
 class ResourcesSection(_Model):

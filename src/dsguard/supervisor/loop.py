@@ -2,10 +2,15 @@
 
 launch -> watch output and exit -> classify -> decide -> act -> record, once per attempt,
 until the job succeeds, the policy gives up, or dsguard is asked to stop.
+
+Everything the loop must remember across attempts lives in a :class:`Ledger` that is saved
+in ``state.json`` at every transition, so a dsguard that was SIGKILLed (or lost power) and is
+started again ends the attempt it left behind and continues at the recorded rung.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -18,7 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+import psutil
+
 from dsguard import __version__
+from dsguard.errors import LockHeldError
 from dsguard.job import Job
 from dsguard.knobs import Knobs
 from dsguard.policies.ladder import (
@@ -28,22 +36,33 @@ from dsguard.policies.ladder import (
     decide,
     is_recoverable,
 )
-from dsguard.protocol import CAP_INIT_FROM, CAP_ZERO_TRANSPLANT, HEARTBEAT_SUBDIR
-from dsguard.supervisor import checkpoints as ckpts
-from dsguard.supervisor.classify import (
-    Evidence,
-    Failure,
-    StreamClassifier,
-    classify,
-    decode_exit,
+from dsguard.protocol import (
+    CAP_INIT_FROM,
+    CAP_SAVE_AND_STOP,
+    CAP_ZERO_TRANSPLANT,
+    CONTROL_SUBDIR,
+    HEARTBEAT_SUBDIR,
+    stop_request_path,
 )
+from dsguard.supervisor import checkpoints as ckpts
+from dsguard.supervisor.classify import Evidence, StreamClassifier, classify, decode_exit
 from dsguard.supervisor.events import EVENTS_FILENAME, EventLog
 from dsguard.supervisor.heartbeat import capabilities, read_heartbeats
 from dsguard.supervisor.hostmem import oom_kill_count
 from dsguard.supervisor.launch import build_command, render_deepspeed_config
-from dsguard.supervisor.proc import Child, EndReport, attempt_processes, end_attempt, spawn
+from dsguard.supervisor.lock import acquire
+from dsguard.supervisor.proc import AttemptRef, Child, EndReport, attempt_processes, end_attempt
+from dsguard.supervisor.proc import spawn as spawn_attempt
 from dsguard.supervisor.resume import patch_train_batch_size
-from dsguard.supervisor.state import STATE_FILENAME, RunState, StateMachine, write_json_atomic
+from dsguard.supervisor.sdnotify import Notifier, child_env
+from dsguard.supervisor.state import (
+    STATE_FILENAME,
+    TERMINAL,
+    RunState,
+    StateMachine,
+    read_state,
+    write_json_atomic,
+)
 from dsguard.supervisor.watch import OutputPump
 
 EXIT_SUCCEEDED = 0
@@ -51,8 +70,12 @@ EXIT_GAVE_UP = 1
 EXIT_USAGE = 2
 
 _WAIT_POLL_S = 0.05
+#: How often the wait loop looks at heartbeats for hang detection.
+_PROGRESS_CHECK_S = 1.0
 #: How long the output pump may take to drain after the attempt's processes are gone.
 _PUMP_DRAIN_S = 5.0
+#: Bound on the wait for a killed attempt's GPU memory to be released before relaunching.
+GPU_RELEASE_TIMEOUT_S = 60.0
 
 
 def exit_code_for_signal(signum: int) -> int:
@@ -64,15 +87,68 @@ def new_run_id(now: datetime) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
+def _opt_path(value: object) -> Path | None:
+    return None if value is None else Path(str(value))
+
+
+@dataclass
+class Ledger:
+    """What the loop carries from one attempt to the next (persisted in state.json)."""
+
+    knobs: Knobs
+    ckpt_dir: Path | None
+    positions: dict[str, int] = field(default_factory=dict)
+    history: list[AttemptRecord] = field(default_factory=list)
+    phase: int = 1
+    #: The output dir of the current phase when it is not the job's own (phase > 1).
+    phase_output: Path | None = None
+    #: Weights a new phase starts from, passed to every attempt of the phase: a LoRA phase's
+    #: own checkpoints hold only adapters, so the base must be these weights on resume too.
+    phase_init_from: Path | None = None
+    #: What the training code announced in its heartbeats (the last attempt that did).
+    caps: frozenset[str] = frozenset()
+    #: Attempts started so far (attempt numbers name log and heartbeat files: never reused).
+    attempt: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "knobs": self.knobs.as_dict(),
+            "ckpt_dir": None if self.ckpt_dir is None else str(self.ckpt_dir),
+            "positions": dict(self.positions),
+            "history": [h.as_dict() for h in self.history],
+            "phase": self.phase,
+            "phase_output": None if self.phase_output is None else str(self.phase_output),
+            "phase_init_from": (
+                None if self.phase_init_from is None else str(self.phase_init_from)
+            ),
+            "caps": sorted(self.caps),
+            "attempt": self.attempt,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Ledger:
+        return cls(
+            knobs=Knobs.from_dict(dict(d["knobs"])),
+            ckpt_dir=_opt_path(d.get("ckpt_dir")),
+            positions={str(k): int(v) for k, v in dict(d.get("positions") or {}).items()},
+            history=[AttemptRecord.from_dict(h) for h in d.get("history") or []],
+            phase=int(d.get("phase", 1)),
+            phase_output=_opt_path(d.get("phase_output")),
+            phase_init_from=_opt_path(d.get("phase_init_from")),
+            caps=frozenset(str(c) for c in d.get("caps") or ()),
+            attempt=int(d.get("attempt", 0)),
+        )
+
+
 @dataclass
 class _AttemptOutcome:
     exit_code: int | None
-    ended_by: str  # "exit" | "fatal" | "stop"
+    ended_by: str  # "exit" | "fatal" | "stop" | "hang"
     duration_s: float
     report: EndReport | None
     classifier: StreamClassifier
-    fatal: Evidence | None
     output_bytes: int
+    pids: tuple[int, ...]
 
 
 @dataclass
@@ -83,9 +159,14 @@ class Supervisor:
         job: the validated job.
         console: human-readable event lines (None: silent).
         echo: where the child's raw output is mirrored (None: only the attempt log).
-        monotonic / now: clocks, injectable for tests.
+        monotonic / now / wall: clocks, injectable for tests.
         oom_probe: host-OOM evidence counter (see ``hostmem``); None return means unknown.
         base_env: the environment children start from.
+        notifier: sd_notify client (READY/STATUS/WATCHDOG/STOPPING); no-op outside systemd.
+        gpu_release: waits until the given pids hold no GPU memory; returns a short verdict
+            for the event log ("released", "unknown: ...", "timeout: ..."). Unknown is never
+            treated as released silently: it is logged.
+        gpu_busy: whether the attempt's GPUs are busy (a second hang signal); None = unknown.
     """
 
     job: Job
@@ -93,19 +174,28 @@ class Supervisor:
     echo: BinaryIO | None = None
     monotonic: Callable[[], float] = time.monotonic
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    wall: Callable[[], float] = time.time
     oom_probe: Callable[[], int | None] = oom_kill_count
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    notifier: Notifier = field(default_factory=Notifier)
+    gpu_release: Callable[[list[int]], str] | None = None
+    gpu_busy: Callable[[list[int]], bool | None] | None = None
 
     _wake: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_signal: int | None = field(default=None, init=False)
+    _stop_requests: int = field(default=0, init=False)
     _fatal: Evidence | None = field(default=None, init=False)
+    _silent_s: float = field(default=0.0, init=False)
 
     # -- control ---------------------------------------------------------------------------
 
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
-        """Ask the loop to end the current attempt and stop (safe from a signal handler)."""
+        """Ask the loop to end the current attempt and stop (safe from a signal handler).
+
+        A second request skips waiting for the trainer's save (the user insists)."""
         if self._stop_signal is None:
             self._stop_signal = signum
+        self._stop_requests += 1
         self._wake.set()
 
     def _on_fatal(self, ev: Evidence) -> None:
@@ -113,13 +203,19 @@ class Supervisor:
             self._fatal = ev
         self._wake.set()
 
+    def _sleep(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
+
     # -- checkpoints -------------------------------------------------------------------------
 
     def _newest_complete_step(self, ckpt_dir: Path) -> int | None:
         chosen = ckpts.select_checkpoint(ckpt_dir, world_size=self.job.world_size).chosen
         return None if chosen is None else chosen.step
 
-    def _pick_checkpoint(self, events: EventLog, ckpt_dir: Path, allow: bool) -> Path | None:
+    def _pick_checkpoint(
+        self, events: EventLog, ckpt_dir: Path, allow: bool, micro_batch_size: int
+    ) -> Path | None:
         if self.job.checkpoints is None or self.job.checkpoints.resume_flag is None:
             return None
         if not allow:
@@ -145,11 +241,55 @@ class Supervisor:
             "checkpoint_selected", path=sel.chosen.path, step=sel.chosen.step,
             size_bytes=sel.chosen.size_bytes, warnings=list(sel.chosen.warnings),
         )  # fmt: skip
+        patch = patch_train_batch_size(sel.chosen.path, micro_batch_size)
+        if patch is not None:
+            events.emit(
+                "checkpoint_patched", path=patch.path, key=patch.key, old=patch.old,
+                new=patch.new, backup=patch.backup,
+                reason="transformers <= 5.1 would restore the old micro-batch on resume and "
+                "ignore the new one",
+            )  # fmt: skip
         return sel.chosen.path
 
-    # -- one attempt -------------------------------------------------------------------------
+    # -- progress / hang ---------------------------------------------------------------------
 
-    def _wait(self, child: Child) -> str:
+    def _heartbeat_age_s(self, attempt: int) -> float | None:
+        """Seconds since the newest heartbeat file of ``attempt`` was written, or None."""
+        newest: float | None = None
+        hb_dir = self.job.log_dir / HEARTBEAT_SUBDIR
+        prefix = f"attempt-{attempt}-rank-"
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(hb_dir):
+                if entry.name.startswith(prefix):
+                    with contextlib.suppress(OSError):
+                        m = entry.stat().st_mtime
+                        newest = m if newest is None else max(newest, m)
+        return None if newest is None else max(0.0, self.wall() - newest)
+
+    def _is_hung(self, child: Child, pump: OutputPump, events: EventLog) -> bool:
+        """No output and no heartbeat for hang_timeout_s, and the GPUs are not busy."""
+        now = self.monotonic()
+        output_age = now - pump.last_output_at
+        hb_age = self._heartbeat_age_s(child.ref.attempt)
+        silent = output_age if hb_age is None else min(output_age, hb_age)
+        if silent <= self.job.limits.hang_timeout_s:
+            return False
+        busy = None
+        if self.gpu_busy is not None:
+            busy = self.gpu_busy([p.pid for p in attempt_processes(child.ref)])
+        if busy:
+            # Silent but computing (a long eval that prints nothing): not a hang. Logged once
+            # per silent stretch so the user sees why dsguard waited.
+            if self._silent_s == 0.0:
+                events.emit("hang_suspected", silent_s=round(silent, 1), gpu_busy=True)
+            self._silent_s = silent
+            return False
+        self._silent_s = silent
+        return True
+
+    def _wait(self, child: Child, pump: OutputPump, events: EventLog) -> str:
+        last_check = self.monotonic()
+        self._silent_s = 0.0
         while True:
             if self._fatal is not None:
                 return "fatal"
@@ -157,8 +297,44 @@ class Supervisor:
                 return "stop"
             if child.popen.poll() is not None:
                 return "exit"
-            self._wake.wait(_WAIT_POLL_S)
-            self._wake.clear()
+            self.notifier.watchdog_if_due()
+            now = self.monotonic()
+            if now - last_check >= _PROGRESS_CHECK_S:
+                last_check = now
+                if self._is_hung(child, pump, events):
+                    return "hang"
+            self._sleep(_WAIT_POLL_S)
+
+    # -- graceful stop -----------------------------------------------------------------------
+
+    def _ask_to_save_and_stop(self, events: EventLog, child: Child) -> None:
+        """Ask a trainer that announced save_and_stop to checkpoint and exit, and wait."""
+        attempt = child.ref.attempt
+        beats = read_heartbeats(self.job.log_dir / HEARTBEAT_SUBDIR, attempt)
+        if CAP_SAVE_AND_STOP not in capabilities(beats) or self._stop_requests > 1:
+            return
+        timeout_s = self.job.limits.stop_save_timeout_s
+        path = stop_request_path(self.job.log_dir / CONTROL_SUBDIR, attempt)
+        write_json_atomic(path, {"attempt": attempt, "reason": "dsguard is stopping"})
+        events.emit("stop_requested", path=path, timeout_s=timeout_s)
+        t0 = self.monotonic()
+        next_extend = t0
+        while child.popen.poll() is None and self._stop_requests <= 1:
+            now = self.monotonic()
+            if now - t0 > timeout_s:
+                break
+            if now >= next_extend:
+                # Tell systemd the stop takes longer than TimeoutStopSec expected.
+                self.notifier.extend_timeout(int(30e6))
+                next_extend = now + 10.0
+            self.notifier.watchdog_if_due()
+            self._sleep(0.2)
+        events.emit(
+            "stop_save_finished", exited=child.popen.poll() is not None,
+            exit_code=child.popen.returncode, waited_s=round(self.monotonic() - t0, 3),
+        )  # fmt: skip
+
+    # -- one attempt -------------------------------------------------------------------------
 
     def _run_attempt(
         self, events: EventLog, sm: StateMachine, child: Child, log_path: Path, t0: float
@@ -169,9 +345,11 @@ class Supervisor:
             monotonic=self.monotonic,
         )  # fmt: skip
         pump.start()
-        ended_by = self._wait(child)
+        ended_by = self._wait(child, pump, events)
+        seen = {child.pid} | {p.pid for p in attempt_processes(child.ref)}
         report: EndReport | None = None
         limits = self.job.limits
+        reap = child.popen.poll
         if ended_by == "fatal":
             fatal = self._fatal
             assert fatal is not None
@@ -181,16 +359,29 @@ class Supervisor:
                 "fatal_output_detected", kind=fatal.kind, rank=fatal.rank,
                 line_no=fatal.line_no, line=fatal.text,
             )  # fmt: skip
-            report = end_attempt(child, limits.fatal_grace_s, monotonic=self.monotonic)
+            report = end_attempt(child.ref, limits.fatal_grace_s, reap=reap)
+        elif ended_by == "hang":
+            # RUNNING -> ENDING: no output, no heartbeat, GPUs idle or unknown.
+            sm.transition(RunState.ENDING, f"no progress for {self._silent_s:.0f} s")
+            events.emit(
+                "hang_detected", silent_s=round(self._silent_s, 1),
+                hang_timeout_s=limits.hang_timeout_s,
+            )  # fmt: skip
+            report = end_attempt(child.ref, limits.fatal_grace_s, reap=reap)
         elif ended_by == "stop":
+            # RUNNING -> ENDING: dsguard itself was asked to stop.
             sm.transition(RunState.ENDING, f"stop requested by signal {self._stop_signal}")
-            report = end_attempt(child, limits.stop_grace_s, monotonic=self.monotonic)
+            self.notifier.stopping()
+            self._ask_to_save_and_stop(events, child)
+            self.notifier.extend_timeout(int((limits.stop_grace_s + 15) * 1e6))
+            report = end_attempt(child.ref, limits.stop_grace_s, reap=reap)
         # The launcher exited on its own; anything of the attempt still alive (a rank the
         # launcher did not reap, a DataLoader worker) would hold GPU memory into the next
         # attempt.
-        elif attempt_processes(child):
-            report = end_attempt(child, limits.fatal_grace_s, monotonic=self.monotonic)
+        elif attempt_processes(child.ref):
+            report = end_attempt(child.ref, limits.fatal_grace_s, reap=reap)
         if report is not None:
+            seen |= set(report.terminated_pids) | set(report.killed_pids)
             events.emit(
                 "attempt_ended", by=ended_by, terminated_pids=list(report.terminated_pids),
                 killed_pids=list(report.killed_pids), survivor_pids=list(report.survivor_pids),
@@ -210,88 +401,152 @@ class Supervisor:
             duration_s=self.monotonic() - t0,
             report=report,
             classifier=classifier,
-            fatal=self._fatal,
             output_bytes=pump.bytes_read,
+            pids=tuple(sorted(seen)),
         )
 
-    # -- the loop ----------------------------------------------------------------------------
+    def _await_gpu_release(self, events: EventLog, pids: list[int]) -> None:
+        """Before relaunching: the next attempt must not OOM on the last one's leftovers."""
+        if self.gpu_release is None:
+            return
+        t0 = self.monotonic()
+        verdict = self.gpu_release(pids)
+        events.emit(
+            "gpu_memory_released", verdict=verdict, pids=pids,
+            waited_s=round(self.monotonic() - t0, 3),
+        )  # fmt: skip
+
+    # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> int:
         job = self.job
         job.log_dir.mkdir(parents=True, exist_ok=True)
-        run_id = new_run_id(self.now())
-        events = EventLog(
-            job.log_dir / EVENTS_FILENAME, run_id=run_id, console=self.console, now=self.now,
-            job=job.name,
-        )  # fmt: skip
         try:
-            return self._run(events, run_id)
-        finally:
-            events.close()
+            lock = acquire(job.log_dir, job.name)
+        except LockHeldError as exc:
+            # Two supervisors of one job would start two trainers on the same GPUs and
+            # checkpoint dir: refuse, and touch nothing (the other one owns the log).
+            if self.console is not None:
+                self.console.write(f"dsguard: {exc}\n")
+            return EXIT_USAGE
+        with lock:
+            run_id = new_run_id(self.now())
+            events = EventLog(
+                job.log_dir / EVENTS_FILENAME, run_id=run_id, console=self.console,
+                now=self.now, job=job.name,
+            )  # fmt: skip
+            try:
+                return self._run(events, run_id)
+            finally:
+                events.close()
 
     def _stopped(self, events: EventLog, sm: StateMachine, attempts: int) -> int:
         signum = self._stop_signal or signal.SIGTERM
         events.emit("run_stopped", signal=signum, attempts=attempts)
-        sm.transition(RunState.STOPPED, f"stopped by signal {signum}")
+        sm.transition(RunState.STOPPED, f"stopped by signal {signum}", current_attempt=None)
         return exit_code_for_signal(signum)
+
+    def _recover(self, events: EventLog) -> Ledger | None:
+        """Continue a run a previous dsguard left unfinished (killed, crashed, or stopped).
+
+        The lock guarantees that dsguard is gone. Its attempt may not be: the launcher gets
+        SIGTERM from the parent-death signal, but its ranks or a torchrun worker may live on
+        and hold GPUs. They are found by session and marker, ended, and their GPU memory is
+        awaited before the ladder continues at the recorded rung.
+        """
+        path = self.job.log_dir / STATE_FILENAME
+        if not path.exists():
+            return None
+        try:
+            prev = read_state(path)
+            prev_state = RunState(prev["state"])
+            ledger = Ledger.from_dict(prev["ledger"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            events.emit("state_discarded", path=path, reason=f"unreadable: {exc}")
+            return None
+        if prev_state in TERMINAL and prev_state is not RunState.STOPPED:
+            return None  # that run is over: a new `dsguard run` starts a new one
+        if prev.get("job_knobs") != self.job.knobs.as_dict():
+            events.emit(
+                "state_discarded", path=path, previous_run_id=prev.get("run_id"),
+                reason="the job's knobs changed since that run: starting a new ladder",
+            )  # fmt: skip
+            return None
+        report: EndReport | None = None
+        leftover: list[int] = []
+        current = prev.get("current_attempt")
+        if isinstance(current, dict):
+            ref = AttemptRef.from_dict(current)
+            leftover = [p.pid for p in attempt_processes(ref)]
+            if leftover:
+                report = end_attempt(ref, self.job.limits.fatal_grace_s)
+        events.emit(
+            "run_recovered", previous_run_id=prev.get("run_id"),
+            previous_state=prev_state.value, previous_pid=prev.get("pid"),
+            attempts_so_far=ledger.attempt, knobs=ledger.knobs.as_dict(),
+            positions=ledger.positions, phase=ledger.phase, leftover_pids=leftover,
+            killed_pids=[] if report is None else list(report.killed_pids),
+            survivor_pids=[] if report is None else list(report.survivor_pids),
+        )  # fmt: skip
+        if leftover:
+            self._await_gpu_release(events, leftover)
+        return ledger
+
+    def _status(self, ledger: Ledger, text: str) -> None:
+        k = ledger.knobs
+        self.notifier.status(
+            f"attempt {ledger.attempt}: {text}; micro {k.micro_batch_size} x accum "
+            f"{k.gradient_accumulation_steps}, global batch {k.global_batch(self.job.world_size)}"
+        )
 
     def _run(self, events: EventLog, run_id: str) -> int:
         job = self.job
         world = job.world_size
-        knobs: Knobs = job.knobs
         cfg = PolicyConfig.from_job(job)
-        positions: dict[str, int] = {}
-        history: list[AttemptRecord] = []
-        phase = 1
         ckpt_root = job.checkpoints.dir if job.checkpoints is not None else None
-        ckpt_dir = ckpt_root
-        phase_output: Path | None = None
-        #: Weights a new phase starts from (every attempt of the phase: a LoRA phase's own
-        #: checkpoints hold only adapters, so the base must be these weights on resume too).
-        phase_init_from: Path | None = None
-        #: What the training code announced in its heartbeats (the last attempt that did).
-        caps: frozenset[str] = frozenset()
+        recovered = self._recover(events)
+        ledger = recovered or Ledger(knobs=job.knobs, ckpt_dir=ckpt_root)
         run_t0 = self.monotonic()
+        me = psutil.Process()
         sm = StateMachine(
             job.log_dir / STATE_FILENAME,
             events,
             status={
                 "run_id": run_id, "job": job.name, "job_file": job.source,
-                "pid": os.getpid(), "log_dir": job.log_dir, "attempt": 0,
-                "knobs": knobs.as_dict(), "global_batch": knobs.global_batch(world),
-                "positions": positions, "phase": phase, "history": [],
+                "pid": os.getpid(), "pid_create_time": me.create_time(),
+                "log_dir": job.log_dir, "checkpoint_dir": ledger.ckpt_dir,
+                "job_knobs": job.knobs.as_dict(), "ledger": ledger.as_dict(),
+                "attempt": ledger.attempt, "knobs": ledger.knobs.as_dict(),
+                "global_batch": ledger.knobs.global_batch(world), "current_attempt": None,
             },
         )  # fmt: skip
         events.emit(
             "run_started", job_file=job.source, launcher=job.launcher, world_size=world,
-            knobs=knobs.as_dict(), global_batch=knobs.global_batch(world), log_dir=job.log_dir,
-            checkpoint_dir=ckpt_dir, dsguard_version=__version__, pid=os.getpid(),
+            knobs=ledger.knobs.as_dict(), global_batch=ledger.knobs.global_batch(world),
+            log_dir=job.log_dir, checkpoint_dir=ledger.ckpt_dir, recovered=recovered is not None,
+            dsguard_version=__version__, pid=os.getpid(),
         )  # fmt: skip
+        base_env = child_env(self.base_env)  # children must not talk to systemd as us
+        first_spawn = True
 
-        attempt = 0
         while True:
-            attempt += 1
+            if self._stop_signal is not None:
+                return self._stopped(events, sm, ledger.attempt)
+            ledger.attempt += 1
+            attempt = ledger.attempt
+            knobs = ledger.knobs
             events.bind(attempt=attempt)
             self._fatal = None
             self._wake.clear()
-            if self._stop_signal is not None:
-                return self._stopped(events, sm, attempt - 1)
             resume: Path | None = None
             start_step: int | None = None
-            if ckpt_dir is not None:
+            if ledger.ckpt_dir is not None:
                 assert job.checkpoints is not None
-                allow = attempt > 1 or job.checkpoints.resume_at_start
-                resume = self._pick_checkpoint(events, ckpt_dir, allow)
-                start_step = self._newest_complete_step(ckpt_dir)
-                if resume is not None:
-                    patch = patch_train_batch_size(resume, knobs.micro_batch_size)
-                    if patch is not None:
-                        events.emit(
-                            "checkpoint_patched", path=patch.path, key=patch.key,
-                            old=patch.old, new=patch.new, backup=patch.backup,
-                            reason="transformers <= 5.1 would restore the old micro-batch on "
-                            "resume and ignore the new one",
-                        )  # fmt: skip
+                allow = recovered is not None or attempt > 1 or job.checkpoints.resume_at_start
+                resume = self._pick_checkpoint(
+                    events, ledger.ckpt_dir, allow, knobs.micro_batch_size
+                )
+                start_step = self._newest_complete_step(ledger.ckpt_dir)
 
             ds_path: Path | None = None
             if job.deepspeed is not None:
@@ -299,76 +554,85 @@ class Supervisor:
                 rendered = render_deepspeed_config(job.deepspeed.base, knobs, world)
                 write_json_atomic(ds_path, rendered)
             cmd = build_command(
-                job, knobs, run_id=run_id, attempt=attempt, base_env=self.base_env,
-                ds_config=ds_path, resume_from=resume, output_dir=phase_output,
-                init_from=phase_init_from, supervisor_pid=os.getpid(),
+                job, knobs, run_id=run_id, attempt=attempt, base_env=base_env,
+                ds_config=ds_path, resume_from=resume, output_dir=ledger.phase_output,
+                init_from=ledger.phase_init_from, supervisor_pid=os.getpid(),
             )  # fmt: skip
             log_path = job.log_dir / f"attempt-{attempt}.log"
             oom_before = self.oom_probe()
             t0 = self.monotonic()
             try:
-                child = spawn(cmd, run_id=run_id, attempt=attempt)
+                child = spawn_attempt(cmd, run_id=run_id, attempt=attempt)
             except OSError as exc:
                 reason = f"cannot start {cmd.argv[0]!r}: {exc.strerror or exc}"
                 events.emit("attempt_not_started", argv=cmd.argv, error=str(exc))
                 events.emit("run_gave_up", reason=reason, attempts=attempt)
-                sm.transition(RunState.GAVE_UP, reason)
+                sm.transition(RunState.GAVE_UP, reason, ledger=ledger.as_dict())
                 return EXIT_GAVE_UP
             events.emit(
                 "attempt_started", pid=child.pid, argv=cmd.argv, cwd=cmd.cwd,
                 knobs=knobs.as_dict(), global_batch=knobs.global_batch(world),
-                world_size=world, phase=phase, resume_from=resume, deepspeed_config=ds_path,
-                output_dir=phase_output, init_from=phase_init_from, log=log_path,
+                world_size=world, phase=ledger.phase, resume_from=resume,
+                deepspeed_config=ds_path, output_dir=ledger.phase_output,
+                init_from=ledger.phase_init_from, log=log_path,
             )  # fmt: skip
             # STARTING/BACKOFF -> RUNNING: the attempt's launcher is alive.
             sm.transition(
                 RunState.RUNNING, f"attempt {attempt} started", attempt=attempt,
-                pid=child.pid, knobs=knobs.as_dict(), global_batch=knobs.global_batch(world),
-                phase=phase, resume_from=resume, attempt_log=log_path,
+                pid_child=child.pid, current_attempt=child.ref.as_dict(),
+                ledger=ledger.as_dict(), knobs=knobs.as_dict(),
+                global_batch=knobs.global_batch(world), phase=ledger.phase,
+                resume_from=resume, attempt_log=log_path, checkpoint_dir=ledger.ckpt_dir,
             )  # fmt: skip
+            if first_spawn:
+                self.notifier.ready()
+                first_spawn = False
+            self._status(ledger, "running")
 
             out = self._run_attempt(events, sm, child, log_path, t0)
+            sm.update(current_attempt=None)
             status = decode_exit(out.exit_code)
             beats = read_heartbeats(job.log_dir / HEARTBEAT_SUBDIR, attempt)
             if beats:
-                caps = capabilities(beats)
+                ledger.caps = capabilities(beats)
             last = max(beats, key=lambda hb: hb.global_step, default=None)
+            gpu_peak = max((hb.max_memory_reserved_bytes or 0 for hb in beats), default=0)
+            rss_peak = max((hb.host_rss_bytes or 0 for hb in beats), default=0)
             events.emit(
                 "attempt_finished", exit_code=out.exit_code, signal=status.signal,
                 ended_by=out.ended_by, duration_s=round(out.duration_s, 3),
                 output_bytes=out.output_bytes, output_lines=out.classifier.lines_seen,
                 last_step=None if last is None else last.global_step,
                 last_loss=None if last is None else last.loss,
-                gpu_mem_peak_bytes=max(
-                    (hb.max_memory_reserved_bytes or 0 for hb in beats), default=None
-                ) or None,
-                host_rss_bytes=max((hb.host_rss_bytes or 0 for hb in beats), default=None)
-                or None,
-                capabilities=sorted(caps),
+                gpu_mem_peak_bytes=gpu_peak or None, host_rss_peak_bytes=rss_peak or None,
+                capabilities=sorted(ledger.caps),
             )  # fmt: skip
             if out.ended_by == "stop":
                 return self._stopped(events, sm, attempt)
 
             oom_after = self.oom_probe()
             confirmed = oom_before is not None and oom_after is not None and oom_after > oom_before
-            failure: Failure | None = classify(
-                out.classifier.evidence, status, host_oom_confirmed=confirmed
-            )
+            failure = classify(
+                out.classifier.evidence, status, host_oom_confirmed=confirmed,
+                hang=out.ended_by == "hang",
+            )  # fmt: skip
             progressed = False
-            if ckpt_dir is not None:
-                end_step = self._newest_complete_step(ckpt_dir)
+            if ledger.ckpt_dir is not None:
+                end_step = self._newest_complete_step(ledger.ckpt_dir)
                 progressed = end_step is not None and (start_step is None or end_step > start_step)
 
             if failure is None:
-                history.append(AttemptRecord(attempt, None, out.duration_s, progressed))
+                ledger.history.append(AttemptRecord(attempt, None, out.duration_s, progressed))
                 events.emit(
                     "run_succeeded", attempts=attempt, knobs=knobs.as_dict(),
-                    changes=job.knobs.diff(knobs),
-                    global_batch=knobs.global_batch(world),
-                    initial_global_batch=job.knobs.global_batch(world), phase=phase,
+                    changes=job.knobs.diff(knobs), global_batch=knobs.global_batch(world),
+                    initial_global_batch=job.knobs.global_batch(world), phase=ledger.phase,
                     duration_s=round(self.monotonic() - run_t0, 3),
                 )  # fmt: skip
-                sm.transition(RunState.SUCCEEDED, "the training command exited 0")
+                sm.transition(
+                    RunState.SUCCEEDED, "the training command exited 0", ledger=ledger.as_dict()
+                )
+                self._status(ledger, "succeeded")
                 return EXIT_SUCCEEDED
 
             events.emit(
@@ -377,61 +641,65 @@ class Supervisor:
                 signal=status.signal, recoverable=is_recoverable(failure.kind),
                 host_oom_confirmed=confirmed, checkpoint_progress=progressed,
             )  # fmt: skip
-            history.append(AttemptRecord(attempt, failure.kind, out.duration_s, progressed))
-            sm.update(history=[h.as_dict() for h in history])
+            ledger.history.append(AttemptRecord(attempt, failure.kind, out.duration_s, progressed))
             cfg_now = dataclasses.replace(
                 cfg,
-                ctx=dataclasses.replace(cfg.ctx, exact_zero_transfer=CAP_ZERO_TRANSPLANT in caps),
+                ctx=dataclasses.replace(
+                    cfg.ctx, exact_zero_transfer=CAP_ZERO_TRANSPLANT in ledger.caps
+                ),
             )
             decision = decide(
-                failure.kind, knobs=knobs, positions=positions, history=history, cfg=cfg_now
-            )
+                failure.kind, knobs=knobs, positions=ledger.positions, history=ledger.history,
+                cfg=cfg_now,
+            )  # fmt: skip
             if isinstance(decision, GiveUp):
                 events.emit(
                     "run_gave_up", reason=decision.reason, kind=failure.kind, attempts=attempt,
                     knobs=knobs.as_dict(), changes=job.knobs.diff(knobs),
                     duration_s=round(self.monotonic() - run_t0, 3),
                 )  # fmt: skip
-                sm.transition(RunState.GAVE_UP, decision.reason)
+                sm.transition(RunState.GAVE_UP, decision.reason, ledger=ledger.as_dict())
+                self._status(ledger, f"gave up: {decision.reason}")
                 return EXIT_GAVE_UP
 
-            if decision.quarantine_resumed_checkpoint and resume is not None and ckpt_dir:
-                dest = ckpts.quarantine(resume, ckpt_dir)
+            if decision.quarantine_resumed_checkpoint and resume is not None and ledger.ckpt_dir:
+                dest = ckpts.quarantine(resume, ledger.ckpt_dir)
                 events.emit(
                     "checkpoint_quarantined", path=resume, moved_to=dest,
                     step=ckpts.checkpoint_step(resume),
                     reasons=["resuming from it failed: " + (failure.evidence or ("?",))[0]],
                 )  # fmt: skip
             before = knobs.global_batch(world)
-            knobs = decision.knobs
-            positions = decision.positions
+            ledger.knobs = decision.knobs
+            ledger.positions = decision.positions
             extra: dict[str, Any] = {}
-            if decision.new_phase and ckpt_root is not None and ckpt_dir is not None:
-                if CAP_INIT_FROM in caps:
-                    done = ckpts.select_checkpoint(ckpt_dir, world_size=world).chosen
-                    phase_init_from = done.path if done is not None else phase_init_from
+            if decision.new_phase and ckpt_root is not None and ledger.ckpt_dir is not None:
+                if CAP_INIT_FROM in ledger.caps:
+                    done = ckpts.select_checkpoint(ledger.ckpt_dir, world_size=world).chosen
+                    if done is not None:
+                        ledger.phase_init_from = done.path
                 else:
-                    phase_init_from = None
-                phase += 1
-                ckpt_dir = ckpt_root / f"dsguard-phase-{phase}"
-                phase_output = ckpt_dir
-                extra = {"phase": phase, "output_dir": ckpt_dir}
+                    ledger.phase_init_from = None
+                ledger.phase += 1
+                ledger.ckpt_dir = ckpt_root / f"dsguard-phase-{ledger.phase}"
+                ledger.phase_output = ledger.ckpt_dir
+                extra = {"phase": ledger.phase, "output_dir": ledger.ckpt_dir}
             events.emit(
                 "policy_applied", rung=decision.rung, changes=decision.changes,
                 new_phase=decision.new_phase, caveats=list(decision.caveats),
-                reason=decision.reason, delay_s=decision.delay_s, knobs=knobs.as_dict(),
-                global_batch_before=before, global_batch_after=knobs.global_batch(world),
-                **extra,
+                reason=decision.reason, delay_s=decision.delay_s,
+                knobs=ledger.knobs.as_dict(), global_batch_before=before,
+                global_batch_after=ledger.knobs.global_batch(world), **extra,
             )  # fmt: skip
             if decision.new_phase:
                 start = (
-                    f"the consolidated weights of {phase_init_from}"
-                    if phase_init_from is not None
+                    f"the consolidated weights of {ledger.phase_init_from}"
+                    if ledger.phase_init_from is not None
                     else "the initial model (the training code does not announce init_from)"
                 )
                 events.emit(
-                    "phase_started", phase=phase, output_dir=phase_output,
-                    init_from=phase_init_from,
+                    "phase_started", phase=ledger.phase, output_dir=ledger.phase_output,
+                    init_from=ledger.phase_init_from,
                     reason=(
                         "the previous phase's checkpoints cannot be resumed exactly under the "
                         f"new config; this phase starts from {start} with a fresh optimizer "
@@ -440,12 +708,14 @@ class Supervisor:
                 )  # fmt: skip
             # RUNNING/ENDING -> BACKOFF: relaunch after the delay with the decided knobs.
             sm.transition(
-                RunState.BACKOFF, decision.reason, knobs=knobs.as_dict(),
-                positions=positions, phase=phase, delay_s=decision.delay_s,
-                global_batch=knobs.global_batch(world),
+                RunState.BACKOFF, decision.reason, ledger=ledger.as_dict(),
+                knobs=ledger.knobs.as_dict(), delay_s=decision.delay_s,
+                global_batch=ledger.knobs.global_batch(world), checkpoint_dir=ledger.ckpt_dir,
             )  # fmt: skip
+            self._status(ledger, f"relaunching after {failure.kind}")
+            self._await_gpu_release(events, list(out.pids))
             if decision.delay_s > 0:
                 deadline = self.monotonic() + decision.delay_s
                 while self._stop_signal is None and self.monotonic() < deadline:
-                    self._wake.wait(min(0.5, max(0.0, deadline - self.monotonic())))
-                    self._wake.clear()
+                    self.notifier.watchdog_if_due()
+                    self._sleep(min(0.5, max(0.0, deadline - self.monotonic())))

@@ -35,16 +35,43 @@ PIPE_SIZE_BYTES = 1 << 20
 _POLL_S = 0.02
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptRef:
+    """What identifies every process of one attempt; persisted in state.json so that a
+    restarted dsguard can end the attempt a dead predecessor left behind."""
+
+    run_id: str
+    attempt: int
+    #: start_new_session=True makes the launcher a session leader: sid == launcher pid.
+    sid: int
+    #: Wall-clock start (seconds since the epoch), minus a margin: psutil create_time has a
+    #: coarse resolution, and a descendant can never predate the launcher.
+    started_epoch_s: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+            "sid": self.sid,
+            "started_epoch_s": self.started_epoch_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> AttemptRef:
+        return cls(
+            run_id=str(d["run_id"]),
+            attempt=int(str(d["attempt"])),
+            sid=int(str(d["sid"])),
+            started_epoch_s=float(str(d["started_epoch_s"])),
+        )
+
+
 @dataclass
 class Child:
     """The launcher process of one attempt plus what identifies its whole tree."""
 
     popen: subprocess.Popen[bytes]
-    run_id: str
-    attempt: int
-    #: Wall-clock start (seconds since the epoch), minus a margin: psutil create_time has a
-    #: coarse resolution, and a descendant can never predate the launcher.
-    started_epoch_s: float
+    ref: AttemptRef
     stdout_fd: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -53,11 +80,6 @@ class Child:
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def sid(self) -> int:
-        # start_new_session=True makes the launcher a session leader: sid == pid.
         return self.popen.pid
 
 
@@ -81,10 +103,10 @@ def spawn(cmd: Command, *, run_id: str, attempt: int) -> Child:
     assert popen.stdout is not None
     with contextlib.suppress(OSError, AttributeError):
         fcntl.fcntl(popen.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE_BYTES)
-    return Child(popen=popen, run_id=run_id, attempt=attempt, started_epoch_s=started)
+    return Child(popen=popen, ref=AttemptRef(run_id, attempt, popen.pid, started))
 
 
-def attempt_processes(child: Child) -> list[psutil.Process]:
+def attempt_processes(child: AttemptRef) -> list[psutil.Process]:
     """Every live (non-zombie) process that belongs to this attempt."""
     me = os.getpid()
     found: list[psutil.Process] = []
@@ -126,9 +148,10 @@ class EndReport:
 
 
 def end_attempt(
-    child: Child,
+    child: AttemptRef,
     grace_s: float,
     *,
+    reap: Callable[[], object] = lambda: None,
     monotonic: Callable[[], float] = time.monotonic,
     kill_wait_s: float = 10.0,
 ) -> EndReport:
@@ -144,7 +167,7 @@ def end_attempt(
     deadline = t0 + grace_s
     remaining = procs
     while grace_s > 0 and monotonic() < deadline:
-        child.popen.poll()  # reap the launcher so it does not linger as a zombie
+        reap()  # reap the launcher (if it is our child) so it does not linger as a zombie
         remaining = attempt_processes(child)
         if not remaining:
             break
@@ -155,13 +178,12 @@ def end_attempt(
     kill_deadline = monotonic() + kill_wait_s
     survivors = remaining
     while monotonic() < kill_deadline:
-        child.popen.poll()
+        reap()
         survivors = attempt_processes(child)
         if not survivors:
             break
         time.sleep(_POLL_S)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.popen.wait(timeout=max(0.0, kill_deadline - monotonic()))
+    reap()
     return EndReport(
         terminated_pids=tuple(terminated),
         killed_pids=tuple(killed),
