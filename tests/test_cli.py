@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAKE_TRAINER, RunResult, write_job
+from tests.conftest import FAKE_TRAINER, RunResult, dsguard_cmd, write_job
 
 OOM_LOG = "".join(
     [
@@ -152,3 +155,63 @@ def test_supervisor_path_never_imports_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_status_of_a_finished_run(tmp_path: Path, run_dsguard: Callable[..., RunResult]) -> None:
+    """status --json after a run: state succeeded, knobs, not running (exit 3)."""
+    write_job(tmp_path, ["--scenario", "oom", "--oom_above", "4"])
+    assert run_dsguard("run", "job.yaml", "--quiet").code == 0
+    res = run_dsguard("status", "job.yaml", "--json")
+    assert res.code == 3, res.proc.stderr
+    d = json.loads(res.proc.stdout)
+    assert d["state"] == "succeeded"
+    assert d["knobs"]["micro_batch_size"] == 4
+    assert run_dsguard("status", "nowhere", "--json").code == 4
+
+
+def test_service_install_user_writes_unit_and_env(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """service install --user: unit + per-job env file under XDG_CONFIG_HOME, commands shown."""
+    write_job(tmp_path, ["--scenario", "ok"])
+    env = dict(os.environ, HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "cfg"))
+    proc = subprocess.run(
+        dsguard_cmd("service", "install", "job.yaml", "--user"), cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    unit = tmp_path / "cfg" / "systemd" / "user" / "dsguard@.service"
+    assert unit.is_file() and "Type=notify" in unit.read_text()
+    assert "systemctl --user enable --now dsguard@fake" in proc.stdout
+
+
+def test_events_follow_prints_new_events(tmp_path: Path) -> None:
+    """events --follow shows events appended after it started, then stops on SIGINT."""
+    write_job(tmp_path, ["--scenario", "ok"])
+    follower = subprocess.Popen(
+        dsguard_cmd("events", "runs", "--follow", "--event", "run_succeeded"),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            dsguard_cmd("run", "job.yaml", "--quiet"), cwd=tmp_path, capture_output=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0
+        time.sleep(1.0)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        out, _ = follower.communicate(timeout=10)
+    assert follower.returncode == 0
+    assert "SUCCEEDED after 1 attempt(s)" in out
+
+
+def test_internal_error_exits_70(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dsguard bug is exit 70, not 1 (gave up): systemd restarts it and it recovers."""
+    from dsguard import cli
+
+    def boom(_ns: object) -> int:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(cli, "cmd_validate", boom)
+    assert cli.main(["validate", "job.yaml"]) == 70

@@ -1,8 +1,10 @@
-"""``dsguard`` command line: run, validate, plan, explain, events.
+"""``dsguard`` command line: run, validate, plan, explain, events, status, service.
 
-Exit codes: 0 succeeded (or valid), 1 gave up, 2 bad job file or usage, 128+N stopped by
-signal N (130 SIGINT, 143 SIGTERM). All logic lives in library functions; this module only
-parses arguments, prints, and maps outcomes to exit codes.
+Exit codes: 0 succeeded (or valid), 1 gave up, 2 bad job file, usage, or the job is already
+supervised, 128+N stopped by signal N (130 SIGINT, 143 SIGTERM), 70 an internal dsguard error
+(a bug: under systemd it is restarted and recovers, unlike a deliberate give-up). All logic
+lives in library functions; this module only parses arguments, prints, and maps outcomes to
+exit codes.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -22,6 +25,9 @@ from dsguard.job import Job
 from dsguard.supervisor.loop import EXIT_USAGE
 
 EXIT_OK = 0
+#: EX_SOFTWARE: dsguard itself failed. Distinct from 1 (gave up), which systemd must not
+#: restart, while a crash should be restarted and recover from state.json.
+EXIT_INTERNAL_ERROR = 70
 
 
 def _load(path: str) -> Job:
@@ -186,13 +192,18 @@ def cmd_explain(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _log_dir_of(target: str) -> Path:
+    p = Path(target)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        return _load(target).log_dir
+    return p
+
+
 def _events_path(target: str) -> Path:
     p = Path(target)
-    if p.is_dir():
-        return p / "events.jsonl"
-    if p.suffix in (".yaml", ".yml"):
-        return _load(target).log_dir / "events.jsonl"
-    return p
+    if p.is_file() and p.suffix not in (".yaml", ".yml"):
+        return p
+    return _log_dir_of(target) / "events.jsonl"
 
 
 def cmd_events(ns: argparse.Namespace) -> int:
@@ -202,18 +213,61 @@ def cmd_events(ns: argparse.Namespace) -> int:
         path = _events_path(ns.target)
     except JobFileError as err:
         return _print_problems(err)
-    if not path.is_file():
+    if not ns.follow and not path.is_file():
         print(f"dsguard events: {path}: no event log", file=sys.stderr)
         return EXIT_USAGE
     wanted = set(ns.event or [])
-    for ev in read_events(path):
-        if wanted and ev.get("event") not in wanted:
-            continue
-        if ns.attempt is not None and ev.get("attempt") != ns.attempt:
-            continue
-        if ns.run is not None and ev.get("run_id") != ns.run:
-            continue
-        print(json.dumps(ev) if ns.json else human_line(ev))
+    if ns.follow:
+        from dsguard.supervisor.follow import follow
+
+        source: Iterable[dict[str, Any]] = follow(path)
+    else:
+        source = read_events(path)
+    try:
+        for ev in source:
+            if wanted and ev.get("event") not in wanted:
+                continue
+            if ns.attempt is not None and ev.get("attempt") != ns.attempt:
+                continue
+            if ns.run is not None and ev.get("run_id") != ns.run:
+                continue
+            print(json.dumps(ev) if ns.json else human_line(ev), flush=ns.follow)
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    from dsguard.status import collect, render, status_exit_code
+
+    try:
+        log_dir = _log_dir_of(ns.target)
+    except JobFileError as err:
+        return _print_problems(err)
+    d = collect(log_dir)
+    print(render(d, as_json=True if ns.json else None))
+    return status_exit_code(d)
+
+
+def cmd_service_install(ns: argparse.Namespace) -> int:
+    from dsguard.service import ServiceInstallError, install
+
+    try:
+        res = install(Path(ns.job), user=ns.user, run_as=ns.run_as, force=ns.force)
+    except JobFileError as err:
+        return _print_problems(err)
+    except ServiceInstallError as exc:
+        print(f"dsguard service install: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"unit: {res.unit_path} ({res.unit_action})")
+    print(f"environment: {res.env_path}")
+    if res.dropin_path is not None:
+        print(f"drop-in: {res.dropin_path}")
+    for note in res.notes:
+        print(f"note: {note}")
+    print("then run:")
+    for command in res.commands:
+        print(f"  {command}")
     return EXIT_OK
 
 
@@ -263,7 +317,26 @@ def build_parser() -> argparse.ArgumentParser:
     evp.add_argument("--attempt", type=int)
     evp.add_argument("--run", help="only this run_id")
     evp.add_argument("--json", action="store_true")
+    evp.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     evp.set_defaults(func=cmd_events)
+
+    st = sub.add_parser(
+        "status",
+        help="state, attempt, knobs, progress, GPU memory of a job",
+        description="Exit 0: dsguard is running; 3: not running; 4: no state found.",
+    )
+    st.add_argument("target", help="log dir or job file")
+    st.add_argument("--json", action="store_true", help="JSON even on a terminal")
+    st.set_defaults(func=cmd_status)
+
+    svc = sub.add_parser("service", help="systemd integration")
+    svc_sub = svc.add_subparsers(dest="service_cmd", required=True)
+    inst = svc_sub.add_parser("install", help="write the unit and the job's environment file")
+    inst.add_argument("job")
+    inst.add_argument("--user", action="store_true", help="user manager (~/.config/systemd)")
+    inst.add_argument("--run-as", help="system install: run the job as this user")
+    inst.add_argument("--force", action="store_true", help="replace a different existing unit")
+    inst.set_defaults(func=cmd_service_install)
     return parser
 
 
@@ -277,7 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.command = args[i + 1 :]
     else:
         ns = parser.parse_args(args)
-    result: int = ns.func(ns)
+    try:
+        result: int = ns.func(ns)
+    except Exception:  # a dsguard bug: say so, and let systemd restart us (not exit 1)
+        traceback.print_exc()
+        print("dsguard: internal error (a bug); state.json lets a restart recover",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INTERNAL_ERROR
     return result
 
 

@@ -47,6 +47,7 @@ from dsguard.protocol import (
 from dsguard.supervisor import checkpoints as ckpts
 from dsguard.supervisor.classify import Evidence, StreamClassifier, classify, decode_exit
 from dsguard.supervisor.events import EVENTS_FILENAME, EventLog
+from dsguard.supervisor.gpu import GpuProbe, GpuSnapshot, ReleaseResult, wait_for_release
 from dsguard.supervisor.heartbeat import capabilities, read_heartbeats
 from dsguard.supervisor.hostmem import oom_kill_count
 from dsguard.supervisor.launch import build_command, render_deepspeed_config
@@ -163,10 +164,11 @@ class Supervisor:
         oom_probe: host-OOM evidence counter (see ``hostmem``); None return means unknown.
         base_env: the environment children start from.
         notifier: sd_notify client (READY/STATUS/WATCHDOG/STOPPING); no-op outside systemd.
-        gpu_release: waits until the given pids hold no GPU memory; returns a short verdict
-            for the event log ("released", "unknown: ...", "timeout: ..."). Unknown is never
-            treated as released silently: it is logged.
-        gpu_busy: whether the attempt's GPUs are busy (a second hang signal); None = unknown.
+        gpu_release: waits (bounded) until the given pids hold no GPU memory; default: NVML.
+            "unknown" (no driver, NVML failing) is logged and the run proceeds; memory still
+            "held" after the bound stops the run (see ``_await_gpu_release``).
+        gpu_busy: whether the attempt's GPUs are busy (a second hang signal); None = unknown;
+            default: NVML utilisation of the devices the attempt's processes use.
     """
 
     job: Job
@@ -178,8 +180,34 @@ class Supervisor:
     oom_probe: Callable[[], int | None] = oom_kill_count
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     notifier: Notifier = field(default_factory=Notifier)
-    gpu_release: Callable[[list[int]], str] | None = None
+    gpu_release: Callable[[list[int]], ReleaseResult] | None = None
     gpu_busy: Callable[[list[int]], bool | None] | None = None
+    _probe: GpuProbe | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.gpu_release is None:
+            self.gpu_release = lambda pids: wait_for_release(
+                pids, GPU_RELEASE_TIMEOUT_S, tick=self.notifier.watchdog_if_due
+            )
+        if self.gpu_busy is None:
+            self.gpu_busy = self._nvml_busy
+
+    def _nvml_busy(self, pids: list[int]) -> bool | None:
+        """Any device holding memory of ``pids`` above 10 % utilisation; None when unknown."""
+        if self._probe is None:
+            self._probe = GpuProbe()
+        snap = self._probe.snapshot(timeout_s=5.0)
+        if not isinstance(snap, GpuSnapshot):
+            return None
+        wanted = set(pids)
+        utils = [
+            d.utilization_pct
+            for d in snap.devices
+            if d.processes is not None and any(p.pid in wanted for p in d.processes)
+        ]
+        if not utils or any(u is None for u in utils):
+            return None
+        return max(u for u in utils if u is not None) > 10
 
     _wake: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_signal: int | None = field(default=None, init=False)
@@ -373,7 +401,8 @@ class Supervisor:
             sm.transition(RunState.ENDING, f"stop requested by signal {self._stop_signal}")
             self.notifier.stopping()
             self._ask_to_save_and_stop(events, child)
-            self.notifier.extend_timeout(int((limits.stop_grace_s + 15) * 1e6))
+            # Ending takes the grace, up to 10 s of SIGKILL reaping and the output drain.
+            self.notifier.extend_timeout(int((limits.stop_grace_s + 30) * 1e6))
             report = end_attempt(child.ref, limits.stop_grace_s, reap=reap)
         # The launcher exited on its own; anything of the attempt still alive (a rank the
         # launcher did not reap, a DataLoader worker) would hold GPU memory into the next
@@ -405,16 +434,13 @@ class Supervisor:
             pids=tuple(sorted(seen)),
         )
 
-    def _await_gpu_release(self, events: EventLog, pids: list[int]) -> None:
+    def _await_gpu_release(self, events: EventLog, pids: list[int]) -> ReleaseResult | None:
         """Before relaunching: the next attempt must not OOM on the last one's leftovers."""
         if self.gpu_release is None:
-            return
-        t0 = self.monotonic()
-        verdict = self.gpu_release(pids)
-        events.emit(
-            "gpu_memory_released", verdict=verdict, pids=pids,
-            waited_s=round(self.monotonic() - t0, 3),
-        )  # fmt: skip
+            return None
+        res = self.gpu_release(pids)
+        events.emit("gpu_release_checked", pids=pids, **res.as_dict())
+        return res
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -713,7 +739,23 @@ class Supervisor:
                 global_batch=ledger.knobs.global_batch(world), checkpoint_dir=ledger.ckpt_dir,
             )  # fmt: skip
             self._status(ledger, f"relaunching after {failure.kind}")
-            self._await_gpu_release(events, list(out.pids))
+            released = self._await_gpu_release(events, list(out.pids))
+            if released is not None and released.status == "held":
+                # A leftover allocation is a hard "do not relaunch": the next attempt would OOM
+                # for the wrong reason and the ladder would shrink a config that fits.
+                reason = (
+                    f"GPU memory of attempt {attempt} still held after "
+                    f"{released.waited_s:.0f} s by pids {[h.pid for h in released.holders]}"
+                )
+                events.emit(
+                    "run_gave_up",
+                    reason=reason,
+                    attempts=attempt,
+                    knobs=ledger.knobs.as_dict(),
+                    changes=job.knobs.diff(ledger.knobs),
+                )
+                sm.transition(RunState.GAVE_UP, reason, ledger=ledger.as_dict())
+                return EXIT_GAVE_UP
             if decision.delay_s > 0:
                 deadline = self.monotonic() + decision.delay_s
                 while self._stop_signal is None and self.monotonic() < deadline:
