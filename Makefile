@@ -5,10 +5,14 @@ PY := $(VENV)/bin/python
 
 .PHONY: test lint unit demo clean
 
+# torch is pinned here, not in the package metadata: 2.13.0 is the local CPU build on this
+# kind of machine (any other spec pulls a multi-GB CUDA build). DeepSpeed installs without
+# prebuilt ops (DS_BUILD_OPS=0) and JIT-compiles what it needs on first use.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q torch==2.13.0
+	DS_BUILD_OPS=0 $(PY) -m pip install -q -e '.[dev,train]'
 	touch $@
 
 lint: $(VENV)/.installed
