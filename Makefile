@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint unit demo clean
+.PHONY: test lint unit demo demo-scripted clean
 
 # torch is pinned here, not in the package metadata: 2.13.0 is the local CPU build on this
 # kind of machine (any other spec pulls a multi-GB CUDA build). DeepSpeed installs without
@@ -26,8 +26,18 @@ unit: $(VENV)/.installed
 # The README's test command: lint, types, and the whole test suite.
 test: lint unit
 
-# Supervise the scripted demo job: it OOMs twice and heals to a smaller micro-batch.
+# The embedded CPU demo (configs/examples/tiny-cpu.yaml): real training under a real host
+# memory limit fails at micro-batch 8 and dsguard heals it. Ends with a short summary.
 demo: $(VENV)/.installed
+	rm -rf runs/tiny-cpu && mkdir -p runs/tiny-cpu
+	$(VENV)/bin/dsguard run configs/examples/tiny-cpu.yaml --quiet; \
+	code=$$?; echo; echo "== summary (runs/tiny-cpu/events.jsonl) =="; \
+	$(VENV)/bin/dsguard events runs/tiny-cpu \
+	  --event attempt_started --event failure_detected --event policy_applied \
+	  --event run_succeeded --event run_gave_up; exit $$code
+
+# The same supervisor against the scripted stand-in trainer (no torch needed).
+demo-scripted: $(VENV)/.installed
 	rm -rf runs/demo-scripted && mkdir -p runs/demo-scripted
 	$(VENV)/bin/dsguard run configs/examples/demo-scripted.yaml --quiet; \
 	code=$$?; $(VENV)/bin/dsguard events runs/demo-scripted \
