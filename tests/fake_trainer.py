@@ -227,7 +227,7 @@ def main() -> int:
         if "hang" in scenarios and failing and step >= args.fail_at_step:
             while True:  # silent, like a rank stuck in a collective
                 time.sleep(3600)
-        if "oom" in scenarios and micro > args.oom_above and step >= args.fail_at_step:
+        if "oom" in scenarios and failing and micro > args.oom_above and step >= args.fail_at_step:
             oom(args)
         if "user_error" in scenarios and step >= args.fail_at_step:
             raise KeyError("labels")

@@ -268,3 +268,28 @@ def test_launcher_gets_sigterm_when_dsguard_is_killed(tmp_path: Path) -> None:
     assert not psutil.pid_exists(trainer_pid) or (
         psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE
     )
+
+
+def test_stage_change_without_transplant_is_a_lossy_new_phase(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """A trainer that does not announce zero_transplant: the zero3 rung is a logged new phase
+    in its own output dir, starting from the initial model (no init_from), and completes."""
+    ds = tmp_path / "zero2.json"
+    ds.write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}')
+    write_job(
+        tmp_path,
+        ["--scenario", "oom", "--oom_above", "0", "--fail_attempts", "1", "--oom_then", "exit"],
+        deepspeed={"config": str(ds)},
+        ladder={"oom": ["zero3"]},
+    )
+    res = run_dsguard("run", "job.yaml", "--quiet")
+    assert res.code == 0, res.proc.stderr
+    applied = res.named("policy_applied")
+    assert applied[0]["rung"] == "zero3" and applied[0]["new_phase"] is True
+    phase = res.named("phase_started")[0]
+    assert phase["init_from"] is None and "initial model" in phase["reason"]
+    starts = [r for r in res.trace if r["event"] == "start"]
+    assert starts[1]["output_dir"] == str(tmp_path / "out" / "dsguard-phase-2")
+    assert starts[1]["resume"] is None
+    assert (tmp_path / "out" / "checkpoint-2").exists()  # phase 1 kept

@@ -58,6 +58,13 @@ def test_render_rewrites_numeric_batch_keys_to_the_knobs() -> None:
             cfg["train_batch_size"]) == (2, 4, 32)  # fmt: skip
 
 
+def test_render_turns_a_device_none_template_into_a_real_offload() -> None:
+    """A template block {"device": "none"} is DeepSpeed's "no offload": the knob must win."""
+    base = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none"}}}
+    cfg = render_deepspeed_config(base, Knobs(1, zero_stage=2, offload=Offload.OPTIMIZER), 1)
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+
+
 def test_render_removes_offload_when_knob_is_none() -> None:
     """offload none drops both blocks (a base config's offload is reflected in the knobs)."""
     base = {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}

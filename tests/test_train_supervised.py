@@ -159,3 +159,20 @@ def test_supervised_lora_move_is_a_new_phase_from_consolidated_weights(tmp_path:
     assert list((out / "dsguard-phase-2").glob("checkpoint-*"))
     assert res.named("run_succeeded")
     assert sys.executable  # the trainer ran in this interpreter's environment
+
+
+def test_supervised_offload_at_same_stage_is_exact(tmp_path: Path) -> None:
+    """offload_optimizer at ZeRO-2 is a plain resume (zero_force_ds_cpu_optimizer: false with
+    the HF torch optimizer) and matches a clean ZeRO-2 run."""
+    clean = _clean(tmp_path / "clean")
+    res = _supervise(
+        tmp_path / "sup", "oom:at_step=4:attempt=1", ladder={"oom": ["offload_optimizer"]}
+    )
+    assert res.code == 0, res.proc.stderr[-3000:]
+    applied = res.named("policy_applied")
+    assert [a["rung"] for a in applied] == ["offload_optimizer"]
+    assert applied[0]["new_phase"] is False
+    rendered = json.loads(Path(res.named("attempt_started")[1]["deepspeed_config"]).read_text())
+    assert rendered["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert rendered["zero_force_ds_cpu_optimizer"] is False
+    _assert_same_training(clean, _steps(tmp_path / "sup" / "trace.jsonl"))

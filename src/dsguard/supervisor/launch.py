@@ -34,6 +34,17 @@ from dsguard.protocol import (
 _BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 
 
+def _offload_block(existing: object, knobs: Knobs) -> dict[str, Any]:
+    """An offload block that really offloads. A template's ``"device": "none"`` (DeepSpeed's
+    "no offload") would otherwise survive and the rung would claim an offload that never
+    happens; an explicit ``cpu``/``nvme`` device and its settings are kept."""
+    block = dict(existing) if isinstance(existing, Mapping) else {}
+    if block.get("device") in (None, "none"):
+        block["device"] = "cpu"
+    block.setdefault("pin_memory", knobs.pin_memory)
+    return block
+
+
 def render_deepspeed_config(
     base: Mapping[str, Any], knobs: Knobs, world_size: int
 ) -> dict[str, Any]:
@@ -56,15 +67,9 @@ def render_deepspeed_config(
         zero.pop("offload_optimizer", None)
         zero.pop("offload_param", None)
     else:
-        opt = dict(zero.get("offload_optimizer") or {})
-        opt.setdefault("device", "cpu")
-        opt.setdefault("pin_memory", knobs.pin_memory)
-        zero["offload_optimizer"] = opt
+        zero["offload_optimizer"] = _offload_block(zero.get("offload_optimizer"), knobs)
         if knobs.offload is Offload.ALL:
-            par = dict(zero.get("offload_param") or {})
-            par.setdefault("device", "cpu")
-            par.setdefault("pin_memory", knobs.pin_memory)
-            zero["offload_param"] = par
+            zero["offload_param"] = _offload_block(zero.get("offload_param"), knobs)
         else:
             zero.pop("offload_param", None)
         if "optimizer" not in cfg:
