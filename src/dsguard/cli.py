@@ -21,13 +21,10 @@ from typing import Any
 
 from dsguard import __version__
 from dsguard.errors import JobFileError
+from dsguard.exitcodes import EXIT_INTERNAL_ERROR, EXIT_USAGE
 from dsguard.job import Job
-from dsguard.supervisor.loop import EXIT_USAGE
 
 EXIT_OK = 0
-#: EX_SOFTWARE: dsguard itself failed. Distinct from 1 (gave up), which systemd must not
-#: restart, while a crash should be restarted and recover from state.json.
-EXIT_INTERNAL_ERROR = 70
 
 
 def _load(path: str) -> Job:

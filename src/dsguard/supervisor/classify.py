@@ -161,7 +161,12 @@ _TRIGGERS: tuple[str, ...] = (
     "Exception",  # DeepSpeed raises bare Exception (loss scale), ZeRORuntimeException, ...
     "StopIteration",
     "Traceback",  # arms the user_code_error rule
-    "memory",  # "CUDA out of memory" without its exception name (C++ what(), tqdm glue), kernel
+    # Not a bare "memory": DeepSpeed logs memory-usage lines at every step, and each would take
+    # the slow path (bench P3: +22 % throughput with these four instead).
+    "of memory",  # "CUDA out of memory" without its exception name (C++ what(), tqdm glue), kernel
+    "allocate memory",  # DefaultCPUAllocator "can't allocate memory", "[Errno 12] Cannot allocate"
+    "enough memory",  # "not enough memory"
+    "shared memory",  # DataLoader /dev/shm exhaustion
     "bad_alloc",  # "what():  std::bad_alloc"
     "Kill",  # "Killed" (shell), "Killed process" (kernel)
     "kill",  # "is killed by signal: Killed" (DataLoader), "oom-kill:"
