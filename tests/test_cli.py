@@ -215,3 +215,66 @@ def test_internal_error_exits_70(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(cli, "cmd_validate", boom)
     assert cli.main(["validate", "job.yaml"]) == 70
+
+
+def _ds_job(tmp_path: Path, bucket: object) -> None:
+    ds = tmp_path / "zero2.json"
+    ds.write_text(
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "zero_optimization": {"stage": 2, "reduce_bucket_size": bucket},
+            }
+        )
+    )
+    write_job(tmp_path, ["--scenario", "ok"], deepspeed={"config": str(ds)})
+
+
+def test_preflight_fixes_a_fractional_bucket_and_logs_it(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """A float bucket size DeepSpeed's pydantic would reject is rounded at launch, logged, and
+    the rendered config carries the integer."""
+    _ds_job(tmp_path, 15099494.4)
+    res = run_dsguard("run", "job.yaml", "--quiet")
+    assert res.code == 0, res.proc.stderr
+    fixed = res.named("preflight_fixed")
+    assert fixed and fixed[0]["fixes"][0]["new"] == 15099494
+    rendered = json.loads(Path(res.named("attempt_started")[0]["deepspeed_config"]).read_text())
+    assert rendered["zero_optimization"]["reduce_bucket_size"] == 15099494
+
+
+def test_preflight_refuses_an_unusable_config_before_launch(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """A string bucket size: exit 2, the path and key named, no trainer started."""
+    _ds_job(tmp_path, "lots")
+    res = run_dsguard("run", "job.yaml", "--quiet")
+    assert res.code == 2
+    assert "reduce_bucket_size" in res.proc.stderr
+    assert not (tmp_path / "trace.jsonl").exists()
+    assert res.named("preflight_refused")
+    assert run_dsguard("validate", "job.yaml").code == 2
+
+
+def test_doctor_json_reports_the_training_environment(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """doctor --json: one row per check, python and torch among them, a status for each."""
+    res = run_dsguard("doctor", "--json", timeout=300)
+    assert res.code in (0, 1), res.proc.stderr
+    report = json.loads(res.proc.stdout)
+    names = {row["name"] for row in report["checks"]}
+    assert {"python", "torch", "deepspeed", "/dev/shm"} <= names
+    assert all(row["status"] in ("ok", "warn", "blocker", "unknown") for row in report["checks"])
+    assert res.code == (1 if any(r["status"] == "blocker" for r in report["checks"]) else 0)
+
+
+@pytest.mark.train
+def test_validate_deep_accepts_the_demo(run_dsguard: Callable[..., RunResult]) -> None:
+    """validate --deep renders attempt 1 and every rung and DeepSpeed's own classes accept them."""
+    demo = Path(__file__).resolve().parents[1] / "configs" / "examples" / "tiny-cpu.yaml"
+    res = run_dsguard("validate", str(demo), "--deep", timeout=300)
+    assert res.code == 0, res.proc.stderr
+    assert "accepts" in res.proc.stdout

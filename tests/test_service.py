@@ -22,7 +22,7 @@ from dsguard.service import (
     default_dsguard_bin,
     install,
 )
-from dsguard.supervisor.loop import EXIT_GAVE_UP, EXIT_USAGE
+from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_USAGE
 from tests.conftest import write_job
 
 REPO_UNIT = Path(__file__).resolve().parents[1] / "systemd" / UNIT_NAME

@@ -86,6 +86,34 @@ def cmd_validate(ns: argparse.Namespace) -> int:
         job = _load(ns.job)
     except JobFileError as err:
         return _print_problems(err)
+    if ns.deep:
+        from dsguard.deep_validate import run_deep_validation
+
+        res = run_deep_validation(job)
+        if job.deepspeed is not None:
+            for fix in res.fixes:
+                print(f"{job.deepspeed.config_path}: fixed at launch: {fix}")
+        if res.problems:
+            return _print_problems(JobFileError(res.problems))
+        print(
+            f"DeepSpeed {res.deepspeed_version} accepts {res.configs_checked} rendered "
+            "config(s) (attempt 1 and every rung of the ladder)"
+        )
+    elif job.deepspeed is not None:
+        from dsguard.preflight import check_deepspeed_config, uses_hf_trainer
+        from dsguard.supervisor.launch import render_deepspeed_config
+
+        rendered = render_deepspeed_config(job.deepspeed.base, job.knobs, job.world_size)
+        pre = check_deepspeed_config(
+            rendered, knobs=job.knobs, world_size=job.world_size, hf_trainer=uses_hf_trainer(job)
+        )
+        for fix in pre.fixes:
+            print(f"{job.deepspeed.config_path}: fixed at launch: {fix}")
+        if pre.problems:
+            for problem in pre.problems:
+                print(f"{job.deepspeed.config_path}: {problem}", file=sys.stderr)
+            print("dsguard: nothing was launched", file=sys.stderr)
+            return EXIT_USAGE
     k = job.knobs
     print(
         f"{ns.job}: ok: job {job.name!r}, launcher {job.launcher}, world {job.world_size}, "
@@ -234,6 +262,20 @@ def cmd_events(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_doctor(ns: argparse.Namespace) -> int:
+    from dsguard.doctor import collect, exit_code, render_table
+
+    job: Job | None = None
+    if ns.job:
+        try:
+            job = _load(ns.job)
+        except JobFileError as err:
+            return _print_problems(err)
+    report = collect(job, python=ns.python)
+    print(json.dumps(report.as_dict(), indent=2) if ns.json else render_table(report))
+    return exit_code(report)
+
+
 def cmd_status(ns: argparse.Namespace) -> int:
     from dsguard.status import collect, render, status_exit_code
 
@@ -291,6 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     val = sub.add_parser("validate", help="check a job file; launch nothing")
     val.add_argument("job")
+    val.add_argument(
+        "--deep", action="store_true",
+        help="also check every config the ladder can render with DeepSpeed's own classes, "
+        "in the training environment",
+    )  # fmt: skip
     val.set_defaults(func=cmd_validate)
 
     pl = sub.add_parser("plan", help="print the ladder this job would walk")
@@ -316,6 +363,17 @@ def build_parser() -> argparse.ArgumentParser:
     evp.add_argument("--json", action="store_true")
     evp.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     evp.set_defaults(func=cmd_events)
+
+    doc = sub.add_parser(
+        "doctor",
+        help="check the training environment (torch/CUDA/nvcc, DeepSpeed ops, GPUs, memory, "
+        "/dev/shm, disk)",
+        description="Exit 1 when any check is a blocker; each blocker comes with its fix.",
+    )
+    doc.add_argument("job", nargs="?", help="job file (its interpreter and checkpoint dir)")
+    doc.add_argument("--python", help="interpreter of the training environment")
+    doc.add_argument("--json", action="store_true")
+    doc.set_defaults(func=cmd_doctor)
 
     st = sub.add_parser(
         "status",

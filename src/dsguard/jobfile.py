@@ -541,7 +541,7 @@ def _ds_knobs(base: Mapping[str, Any], path: Path) -> tuple[int | None, Offload,
             Offload.NONE,
             [f"{path}: zero_optimization.stage must be 0, 1, 2 or 3, got {_show(stage)}"],
         )
-    if _offloaded(zero, "offload_param", "cpu_offload_params"):
+    if _offloaded(zero, "offload_param", "cpu_offload_param"):
         offload = Offload.ALL
     elif _offloaded(zero, "offload_optimizer", "cpu_offload"):
         offload = Offload.OPTIMIZER

@@ -37,6 +37,8 @@ from dsguard.policies.ladder import (
     decide,
     is_recoverable,
 )
+from dsguard.preflight import Problem as PreflightProblem
+from dsguard.preflight import check_deepspeed_config, uses_hf_trainer
 from dsguard.protocol import (
     CAP_INIT_FROM,
     CAP_SAVE_AND_STOP,
@@ -468,6 +470,33 @@ class Supervisor:
             finally:
                 events.close()
 
+    def _preflight_refused(
+        self,
+        events: EventLog,
+        sm: StateMachine,
+        ledger: Ledger,
+        problems: list[PreflightProblem],
+        attempt: int,
+    ) -> int:
+        """A rendered DeepSpeed config DeepSpeed would reject: launch nothing.
+
+        Before any attempt ran this is a bad job (exit 2, like a bad job file); at a later
+        rung the run gives up (exit 1) naming the rung's config problem.
+        """
+        assert self.job.deepspeed is not None
+        where = self.job.deepspeed.config_path
+        events.emit("preflight_refused", problems=[p.as_dict() for p in problems])
+        first = not ledger.history
+        reason = "the DeepSpeed config is refused: " + "; ".join(str(p) for p in problems)
+        if self.console is not None:
+            for p in problems:
+                self.console.write(f"{where}: {p}\n")
+        events.emit(
+            "run_gave_up", reason=reason, attempts=attempt - 1, knobs=ledger.knobs.as_dict()
+        )
+        sm.transition(RunState.GAVE_UP, reason, ledger=ledger.as_dict())
+        return EXIT_USAGE if first else EXIT_GAVE_UP
+
     def _stopped(self, events: EventLog, sm: StateMachine, attempts: int) -> int:
         signum = self._stop_signal or signal.SIGTERM
         events.emit("run_stopped", signal=signum, attempts=attempts)
@@ -580,7 +609,19 @@ class Supervisor:
             if job.deepspeed is not None:
                 ds_path = job.log_dir / f"attempt-{attempt}.deepspeed.json"
                 rendered = render_deepspeed_config(job.deepspeed.base, knobs, world)
-                write_json_atomic(ds_path, rendered)
+                # Check it the way DeepSpeed (and HF's fill-in of "auto") will, before a launch
+                # that would die on it minutes later or, worse, silently train another batch.
+                pre = check_deepspeed_config(
+                    rendered, knobs=knobs, world_size=world, hf_trainer=uses_hf_trainer(job)
+                )
+                write_json_atomic(ds_path, pre.config)
+                if pre.fixes:
+                    events.emit(
+                        "preflight_fixed", deepspeed_config=ds_path,
+                        fixes=[f.as_dict() for f in pre.fixes],
+                    )  # fmt: skip
+                if pre.problems:
+                    return self._preflight_refused(events, sm, ledger, pre.problems, attempt)
             cmd = build_command(
                 job, knobs, run_id=run_id, attempt=attempt, base_env=base_env,
                 ds_config=ds_path, resume_from=resume, output_dir=ledger.phase_output,
