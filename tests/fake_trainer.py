@@ -153,6 +153,29 @@ def stop_requested() -> bool:
     return control is not None and (Path(control) / f"stop-attempt-{attempt}.json").exists()
 
 
+BUILD_FAILURE = """Using /root/.cache/torch_extensions/py311_cpu as PyTorch extensions root...
+Creating extension directory /root/.cache/torch_extensions/py311_cpu/cpu_adam...
+Building extension module cpu_adam...
+Allowing ninja to set a default number of workers... (overridable by setting MAX_JOBS=N)
+[1/3] c++ -MMD -MF cpu_adam.o.d -DTORCH_EXTENSION_NAME=cpu_adam -c cpu_adam.cpp -o cpu_adam.o
+FAILED: cpu_adam.o
+csrc/adam/cpu_adam.cpp:12:10: fatal error: omp.h: No such file or directory
+ninja: build stopped: subcommand failed.
+Traceback (most recent call last):
+  File "/home/user/train.py", line 88, in <module>
+    trainer.train()
+RuntimeError: Error building extension 'cpu_adam'"""
+
+
+def build_error_unless_torch_adam(args: argparse.Namespace) -> None:
+    """DeepSpeedCPUAdam JIT-builds cpu_adam; DeepSpeed's torch_adam switch avoids it."""
+    cfg = json.loads(Path(args.deepspeed).read_text()) if args.deepspeed else {}
+    if (cfg.get("optimizer") or {}).get("params", {}).get("torch_adam"):
+        return
+    print(BUILD_FAILURE, file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 def oom(args: argparse.Namespace) -> None:
     prefix = args.rank_prefix
     for line in TRACEBACK_HEAD.splitlines():
@@ -193,6 +216,8 @@ def main() -> int:
             sys.exit(0)
 
         signal.signal(signal.SIGTERM, on_term)
+    if "build_error" in scenarios:
+        build_error_unless_torch_adam(args)
     heartbeat(args, "train_begin", start)
     trace(
         args, event="start", attempt=attempt, pid=os.getpid(), micro=micro, accum=accum,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -293,3 +294,41 @@ def test_stage_change_without_transplant_is_a_lossy_new_phase(
     assert starts[1]["output_dir"] == str(tmp_path / "out" / "dsguard-phase-2")
     assert starts[1]["resume"] is None
     assert (tmp_path / "out" / "checkpoint-2").exists()  # phase 1 kept
+
+
+def test_cpu_adam_build_failure_is_healed_by_avoiding_the_op(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """ds_build_error on cpu_adam: env facts gathered, remedy avoid_cpu_adam (DeepSpeed's own
+    torch_adam switch, same optimizer hyper-parameters), the next attempt's rendered config
+    carries it, and the run completes."""
+    ds = tmp_path / "zero2.json"
+    ds.write_text(
+        '{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",'
+        ' "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},'
+        ' "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}'
+    )
+    write_job(tmp_path, ["--scenario", "build_error"], deepspeed={"config": str(ds)})
+    res = run_dsguard("run", "job.yaml", "--quiet")
+    assert res.code == 0, res.proc.stderr
+    assert [f["kind"] for f in res.named("failure_detected")] == ["ds_build_error"]
+    assert res.named("env_facts")
+    applied = res.named("remedy_applied")
+    assert len(applied) == 1 and applied[0]["remedy"] == "avoid_cpu_adam"
+    second = res.named("attempt_started")[1]
+    assert second["remedies"] == ["avoid_cpu_adam"]
+    rendered = json.loads(Path(second["deepspeed_config"]).read_text())
+    assert rendered["optimizer"]["params"]["torch_adam"] is True
+    assert rendered["optimizer"]["params"]["lr"] == 1e-4
+
+
+def test_unhealable_build_failure_gives_up_naming_op_and_error(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """No optimizer block to switch (cpu_adam requested otherwise): give up naming the op and
+    the first compiler error line."""
+    write_job(tmp_path, ["--scenario", "build_error"])
+    res = run_dsguard("run", "job.yaml", "--quiet")
+    assert res.code == 1
+    reason = res.named("run_gave_up")[0]["reason"]
+    assert "cpu_adam" in reason and "omp.h" in reason

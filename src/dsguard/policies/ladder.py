@@ -25,8 +25,11 @@ from typing import Any
 from dsguard.errors import InvariantViolation
 from dsguard.job import Job, Ladder, Limits
 from dsguard.knobs import Knobs
+from dsguard.policies.remedies import GiveUp as RemedyGiveUp
+from dsguard.policies.remedies import Remedy, next_remedy
 from dsguard.policies.rungs import RUNGS, Move, RungContext
 from dsguard.supervisor.classify import FailureKind
+from dsguard.supervisor.envfacts import EnvFacts
 
 #: Which ladder each memory failure walks (keys of :class:`dsguard.job.Ladder`).
 LADDER_FOR: dict[FailureKind, str] = {
@@ -62,9 +65,23 @@ GIVE_UP_ADVICE: dict[FailureKind, str] = {
 }
 
 
+#: Environment failures healed by remedies (policies/remedies.py), not by knob rungs.
+REMEDY_KINDS = frozenset({FailureKind.DS_BUILD_ERROR, FailureKind.LOSS_DIVERGENCE})
+
+
 def is_recoverable(kind: FailureKind) -> bool:
     """Whether dsguard has any healing path for this kind of failure."""
-    return kind in LADDER_FOR or kind in RETRY_BUDGET
+    return kind in LADDER_FOR or kind in RETRY_BUDGET or kind in REMEDY_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class RemedyContext:
+    """What the remedy ladder needs about the failed attempt (gathered by the loop)."""
+
+    evidence_lines: tuple[str, ...]
+    applied: frozenset[str]
+    env_facts: EnvFacts
+    ds_config: Mapping[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +164,8 @@ class Relaunch:
     reason: str
     #: The failure was in loading the checkpoint the attempt resumed from: set it aside.
     quarantine_resumed_checkpoint: bool = False
+    #: An environment remedy (build error, loss-scale collapse) for every later attempt.
+    remedy: Remedy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +234,7 @@ def decide(
     positions: Mapping[str, int],
     history: Sequence[AttemptRecord],
     cfg: PolicyConfig,
+    remedy_ctx: RemedyContext | None = None,
 ) -> Decision:
     """What to do after an attempt failed with ``kind``.
 
@@ -224,6 +244,8 @@ def decide(
         positions: ladder name -> index of the rung currently being applied.
         history: every finished attempt of this run, the one that just failed last.
         cfg: the job's ladders, limits and rung context.
+        remedy_ctx: facts for build-error / loss-scale remedies; without it those kinds give
+            up with advice.
     """
     attempts_done = len(history)
     if attempts_done >= cfg.limits.max_attempts:
@@ -251,6 +273,30 @@ def decide(
             delay_s=0.0,
             positions=new_positions,
             reason=f"{kind}: applying rung {rungs[index]}",
+        )
+
+    if kind in REMEDY_KINDS and remedy_ctx is not None:
+        found_remedy = next_remedy(
+            kind, remedy_ctx.evidence_lines, remedy_ctx.applied, remedy_ctx.env_facts,
+            ds_config=remedy_ctx.ds_config,
+        )  # fmt: skip
+        if isinstance(found_remedy, RemedyGiveUp):
+            return GiveUp(f"{kind}: {found_remedy.reason}")
+        if found_remedy.new_phase and not cfg.ctx.can_start_phase:
+            return GiveUp(
+                f"{kind}: remedy {found_remedy.name} needs a new phase, and dsguard cannot give "
+                "it its own output dir (no --output_dir in args)"
+            )
+        return Relaunch(
+            knobs=knobs,
+            rung=None,
+            changes={},
+            new_phase=found_remedy.new_phase,
+            caveats=found_remedy.caveats,
+            delay_s=0.0,
+            positions=dict(positions),
+            reason=f"{kind}: remedy {found_remedy.name}: {found_remedy.reason}",
+            remedy=found_remedy,
         )
 
     budget = RETRY_BUDGET.get(kind)

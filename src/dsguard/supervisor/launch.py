@@ -15,6 +15,7 @@ from typing import Any
 
 from dsguard.job import Job, LauncherKind
 from dsguard.knobs import FLAG_KNOBS, Knobs, Offload
+from dsguard.policies.remedies import Remedy, merged_env, remedy_args
 from dsguard.protocol import (
     ATTEMPT_ENV,
     CONTROL_DIR_ENV,
@@ -167,6 +168,7 @@ def build_command(
     init_from: Path | None = None,
     supervisor_python: str = sys.executable,
     supervisor_pid: int | None = None,
+    remedies: Sequence[Remedy] = (),
 ) -> Command:
     """argv, environment and cwd of one attempt.
 
@@ -180,8 +182,10 @@ def build_command(
         supervisor_python: interpreter for dsguard's own exec shim.
         supervisor_pid: when set, the shim makes the launcher receive SIGTERM if this
             process dies (parent-death signal).
+        remedies: environment remedies applied so far (flags here, env below; their config
+            patch goes into the rendered DeepSpeed config).
     """
-    args = list(job.args)
+    args = remedy_args(job.args, remedies)
     ckpt = job.checkpoints
     if output_dir is not None and ckpt is not None and ckpt.output_flag is not None:
         args = _replace_flag(args, ckpt.output_flag, str(output_dir))
@@ -200,6 +204,7 @@ def build_command(
 
     env = dict(base_env)
     env.update(job.env)
+    env.update(merged_env(remedies))  # after job.env: a remedy's CUDA_HOME beats the job's
     env[RUN_ID_ENV] = run_id
     env[ATTEMPT_ENV] = str(attempt)
     env[LOG_DIR_ENV] = str(job.log_dir)

@@ -31,12 +31,15 @@ from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE
 from dsguard.job import Job
 from dsguard.knobs import Knobs
 from dsguard.policies.ladder import (
+    REMEDY_KINDS,
     AttemptRecord,
     GiveUp,
     PolicyConfig,
+    RemedyContext,
     decide,
     is_recoverable,
 )
+from dsguard.policies.remedies import Remedy, remedy_config
 from dsguard.preflight import Problem as PreflightProblem
 from dsguard.preflight import check_deepspeed_config, uses_hf_trainer
 from dsguard.protocol import (
@@ -49,6 +52,7 @@ from dsguard.protocol import (
 )
 from dsguard.supervisor import checkpoints as ckpts
 from dsguard.supervisor.classify import Evidence, StreamClassifier, classify, decode_exit
+from dsguard.supervisor.envfacts import detect, stale_build_locks
 from dsguard.supervisor.events import EVENTS_FILENAME, EventLog
 from dsguard.supervisor.gpu import GpuProbe, GpuSnapshot, ReleaseResult, wait_for_release
 from dsguard.supervisor.heartbeat import capabilities, read_heartbeats
@@ -89,6 +93,20 @@ def new_run_id(now: datetime) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
+def _tail_lines(path: Path, n: int) -> list[str]:
+    """The last ``n`` lines of an attempt log (compiler ``error:`` lines live only there)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+    return text.splitlines()[-n:]
+
+
 def _opt_path(value: object) -> Path | None:
     return None if value is None else Path(str(value))
 
@@ -111,6 +129,8 @@ class Ledger:
     caps: frozenset[str] = frozenset()
     #: Attempts started so far (attempt numbers name log and heartbeat files: never reused).
     attempt: int = 0
+    #: Environment remedies applied so far (build errors, loss-scale collapse), in order.
+    remedies: list[Remedy] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -125,6 +145,7 @@ class Ledger:
             ),
             "caps": sorted(self.caps),
             "attempt": self.attempt,
+            "remedies": [r.as_dict() for r in self.remedies],
         }
 
     @classmethod
@@ -139,6 +160,7 @@ class Ledger:
             phase_init_from=_opt_path(d.get("phase_init_from")),
             caps=frozenset(str(c) for c in d.get("caps") or ()),
             attempt=int(d.get("attempt", 0)),
+            remedies=[Remedy.from_dict(r) for r in d.get("remedies") or []],
         )
 
 
@@ -438,6 +460,18 @@ class Supervisor:
             pids=tuple(sorted(seen)),
         )
 
+    def _remove_stale_build_locks(self, events: EventLog, env: Mapping[str, str]) -> None:
+        """A JIT build killed mid-way (by dsguard ending the attempt) leaves ``<op>/lock``;
+        every later process that loads that op waits on it forever, silently: the next attempt
+        would look like a hang. Only locks no live process holds open are removed."""
+        facts = detect(self.job.python, env=env, gpus=self.job.gpus)
+        if facts.torch_extensions_dir is None:
+            return
+        for lock in stale_build_locks(facts.torch_extensions_dir):
+            with contextlib.suppress(OSError):
+                lock.unlink()
+                events.emit("build_lock_removed", path=lock)
+
     def _await_gpu_release(self, events: EventLog, pids: list[int]) -> ReleaseResult | None:
         """Before relaunching: the next attempt must not OOM on the last one's leftovers."""
         if self.gpu_release is None:
@@ -606,15 +640,19 @@ class Supervisor:
                 start_step = self._newest_complete_step(ledger.ckpt_dir)
 
             ds_path: Path | None = None
+            ds_rendered: dict[str, Any] | None = None
             if job.deepspeed is not None:
                 ds_path = job.log_dir / f"attempt-{attempt}.deepspeed.json"
-                rendered = render_deepspeed_config(job.deepspeed.base, knobs, world)
+                rendered = remedy_config(
+                    render_deepspeed_config(job.deepspeed.base, knobs, world), ledger.remedies
+                )
                 # Check it the way DeepSpeed (and HF's fill-in of "auto") will, before a launch
                 # that would die on it minutes later or, worse, silently train another batch.
                 pre = check_deepspeed_config(
                     rendered, knobs=knobs, world_size=world, hf_trainer=uses_hf_trainer(job)
                 )
                 write_json_atomic(ds_path, pre.config)
+                ds_rendered = pre.config
                 if pre.fixes:
                     events.emit(
                         "preflight_fixed", deepspeed_config=ds_path,
@@ -626,6 +664,7 @@ class Supervisor:
                 job, knobs, run_id=run_id, attempt=attempt, base_env=base_env,
                 ds_config=ds_path, resume_from=resume, output_dir=ledger.phase_output,
                 init_from=ledger.phase_init_from, supervisor_pid=os.getpid(),
+                remedies=ledger.remedies,
             )  # fmt: skip
             log_path = job.log_dir / f"attempt-{attempt}.log"
             oom_before = self.oom_probe()
@@ -644,6 +683,7 @@ class Supervisor:
                 world_size=world, phase=ledger.phase, resume_from=resume,
                 deepspeed_config=ds_path, output_dir=ledger.phase_output,
                 init_from=ledger.phase_init_from, log=log_path,
+                remedies=[r.name for r in ledger.remedies],
             )  # fmt: skip
             # STARTING/BACKOFF -> RUNNING: the attempt's launcher is alive.
             sm.transition(
@@ -660,6 +700,8 @@ class Supervisor:
 
             out = self._run_attempt(events, sm, child, log_path, t0)
             sm.update(current_attempt=None)
+            if out.report is not None and job.deepspeed is not None:
+                self._remove_stale_build_locks(events, cmd.env)
             status = decode_exit(out.exit_code)
             beats = read_heartbeats(job.log_dir / HEARTBEAT_SUBDIR, attempt)
             if beats:
@@ -717,9 +759,19 @@ class Supervisor:
                     cfg.ctx, exact_zero_transfer=CAP_ZERO_TRANSPLANT in ledger.caps
                 ),
             )
+            remedy_ctx: RemedyContext | None = None
+            if failure.kind in REMEDY_KINDS:
+                facts = detect(job.python, env=cmd.env, gpus=job.gpus)
+                events.emit("env_facts", **facts.as_dict())
+                remedy_ctx = RemedyContext(
+                    evidence_lines=(*failure.evidence, *_tail_lines(log_path, 300)),
+                    applied=frozenset(r.name for r in ledger.remedies),
+                    env_facts=facts,
+                    ds_config=ds_rendered,
+                )
             decision = decide(
                 failure.kind, knobs=knobs, positions=ledger.positions, history=ledger.history,
-                cfg=cfg_now,
+                cfg=cfg_now, remedy_ctx=remedy_ctx,
             )  # fmt: skip
             if isinstance(decision, GiveUp):
                 events.emit(
@@ -737,6 +789,15 @@ class Supervisor:
                     "checkpoint_quarantined", path=resume, moved_to=dest,
                     step=ckpts.checkpoint_step(resume),
                     reasons=["resuming from it failed: " + (failure.evidence or ("?",))[0]],
+                )  # fmt: skip
+            if decision.remedy is not None:
+                r = decision.remedy
+                ledger.remedies.append(r)
+                events.emit(
+                    "remedy_applied", remedy=r.name, kind=r.kind, reason=r.reason,
+                    env={k: [cmd.env.get(k), v] for k, v in r.env.items()},
+                    config=r.config.as_dict(), flags=dict(r.flags), caveats=list(r.caveats),
+                    new_phase=r.new_phase, applied=[x.name for x in ledger.remedies],
                 )  # fmt: skip
             before = knobs.global_batch(world)
             ledger.knobs = decision.knobs
