@@ -256,7 +256,7 @@ def main() -> int:
             oom(args)
         if "user_error" in scenarios and step >= args.fail_at_step:
             raise KeyError("labels")
-        if "sigkill" in scenarios and step >= args.fail_at_step:
+        if "sigkill" in scenarios and failing and step >= args.fail_at_step:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(args.step_s)
         current["step"] = step

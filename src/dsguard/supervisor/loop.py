@@ -51,12 +51,24 @@ from dsguard.protocol import (
     stop_request_path,
 )
 from dsguard.supervisor import checkpoints as ckpts
-from dsguard.supervisor.classify import Evidence, StreamClassifier, classify, decode_exit
+from dsguard.supervisor.classify import (
+    Evidence,
+    FailureKind,
+    StreamClassifier,
+    classify,
+    decode_exit,
+)
 from dsguard.supervisor.envfacts import detect, stale_build_locks
 from dsguard.supervisor.events import EVENTS_FILENAME, EventLog
 from dsguard.supervisor.gpu import GpuProbe, GpuSnapshot, ReleaseResult, wait_for_release
 from dsguard.supervisor.heartbeat import capabilities, read_heartbeats
-from dsguard.supervisor.hostmem import oom_kill_count
+from dsguard.supervisor.hostmem import (
+    NEAR_LIMIT_FRACTION,
+    kernel_oom_killed_pids,
+    memory_limit_bytes,
+    oom_kill_count,
+    tree_rss_bytes,
+)
 from dsguard.supervisor.launch import build_command, render_deepspeed_config
 from dsguard.supervisor.lock import acquire
 from dsguard.supervisor.proc import AttemptRef, Child, EndReport, attempt_processes, end_attempt
@@ -78,6 +90,9 @@ from dsguard.supervisor.watch import OutputPump
 _WAIT_POLL_S = 0.25
 #: How often the wait loop looks at heartbeats for hang detection.
 _PROGRESS_CHECK_S = 1.0
+#: How often the attempt's resident memory is sampled (evidence for a later SIGKILL).
+_RSS_SAMPLE_S = 2.0
+_RSS_SAMPLES_KEPT = 5
 #: How long the output pump may take to drain after the attempt's processes are gone.
 _PUMP_DRAIN_S = 5.0
 #: Bound on the wait for a killed attempt's GPU memory to be released before relaunching.
@@ -205,6 +220,8 @@ class Supervisor:
     notifier: Notifier = field(default_factory=Notifier)
     gpu_release: Callable[[list[int]], ReleaseResult] | None = None
     gpu_busy: Callable[[list[int]], bool | None] | None = None
+    #: The memory limit the attempt lives under (cgroup or host RAM); injectable for tests.
+    memory_limit: Callable[[], int | None] = memory_limit_bytes
     _probe: GpuProbe | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -237,6 +254,7 @@ class Supervisor:
     _stop_requests: int = field(default=0, init=False)
     _fatal: Evidence | None = field(default=None, init=False)
     _silent_s: float = field(default=0.0, init=False)
+    _rss_samples: list[int] = field(default_factory=list, init=False)
 
     # -- control ---------------------------------------------------------------------------
 
@@ -339,8 +357,9 @@ class Supervisor:
         return True
 
     def _wait(self, child: Child, pump: OutputPump, events: EventLog) -> str:
-        last_check = self.monotonic()
+        last_check = last_rss = self.monotonic()
         self._silent_s = 0.0
+        self._rss_samples = []
         while True:
             if self._fatal is not None:
                 return "fatal"
@@ -354,6 +373,11 @@ class Supervisor:
                 last_check = now
                 if self._is_hung(child, pump, events):
                     return "hang"
+            if now - last_rss >= _RSS_SAMPLE_S:
+                last_rss = now
+                rss = tree_rss_bytes(child.pid)
+                if rss is not None:
+                    self._rss_samples = [*self._rss_samples[-(_RSS_SAMPLES_KEPT - 1) :], rss]
             self._sleep(_WAIT_POLL_S)
 
     # -- graceful stop -----------------------------------------------------------------------
@@ -459,6 +483,39 @@ class Supervisor:
             output_bytes=pump.bytes_read,
             pids=tuple(sorted(seen)),
         )
+
+    def _host_oom_evidence(
+        self, oom_before: int | None, out: _AttemptOutcome, killed: bool
+    ) -> list[str]:
+        """Why a SIGKILL of this attempt was the OOM killer's, if anything says so.
+
+        A bare SIGKILL proves nothing (a user, a watchdog, a container runtime); each source
+        here is independent evidence: the cgroup's oom_kill counter rose, the kernel log names
+        one of the attempt's pids, or its resident memory was within 10 % of the limit just
+        before it died. Only consulted when something of the attempt was killed.
+        """
+        evidence: list[str] = []
+        oom_after = self.oom_probe()
+        if oom_before is not None and oom_after is not None and oom_after > oom_before:
+            evidence.append(f"cgroup memory.events oom_kill +{oom_after - oom_before}")
+        if not killed and not any(
+            ev.kind is FailureKind.KILLED_EXTERNALLY for ev in out.classifier.evidence
+        ):
+            return evidence
+        killed_pids = kernel_oom_killed_pids()
+        if killed_pids:
+            ours = sorted(killed_pids & set(out.pids))
+            if ours:
+                evidence.append(f"kernel log: OOM killer killed pid {ours[0]}")
+        limit = self.memory_limit()
+        if limit and self._rss_samples:
+            peak = max(self._rss_samples)
+            if peak >= NEAR_LIMIT_FRACTION * limit:
+                evidence.append(
+                    f"resident memory {peak / 2**30:.1f} GiB, {100 * peak / limit:.0f} % of "
+                    f"the {limit / 2**30:.1f} GiB limit, just before the kill"
+                )
+        return evidence
 
     def _remove_stale_build_locks(self, events: EventLog, env: Mapping[str, str]) -> None:
         """A JIT build killed mid-way (by dsguard ending the attempt) leaves ``<op>/lock``;
@@ -721,8 +778,8 @@ class Supervisor:
             if out.ended_by == "stop":
                 return self._stopped(events, sm, attempt)
 
-            oom_after = self.oom_probe()
-            confirmed = oom_before is not None and oom_after is not None and oom_after > oom_before
+            host_oom_evidence = self._host_oom_evidence(oom_before, out, status.killed)
+            confirmed = bool(host_oom_evidence)
             failure = classify(
                 out.classifier.evidence, status, host_oom_confirmed=confirmed,
                 hang=out.ended_by == "hang",
@@ -750,7 +807,8 @@ class Supervisor:
                 "failure_detected", kind=failure.kind, rank=failure.rank,
                 evidence=list(failure.evidence), exit_code=out.exit_code,
                 signal=status.signal, recoverable=is_recoverable(failure.kind),
-                host_oom_confirmed=confirmed, checkpoint_progress=progressed,
+                host_oom_confirmed=confirmed, host_oom_evidence=host_oom_evidence,
+                checkpoint_progress=progressed,
             )  # fmt: skip
             ledger.history.append(AttemptRecord(attempt, failure.kind, out.duration_s, progressed))
             cfg_now = dataclasses.replace(
