@@ -202,6 +202,17 @@ def test_unconfirmed_sigkill_is_retried_once_then_gives_up(
     assert finished[0]["exit_code"] == -9 and finished[0]["signal"] == 9
 
 
+def _first_step_trainer_pid(workdir: Path) -> int:
+    """Wait until the fake trainer has done a step; its pid."""
+    trace = workdir / "trace.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "step" not in (
+        trace.read_text() if trace.exists() else ""
+    ):
+        time.sleep(0.05)
+    return int(json.loads(trace.read_text().splitlines()[0])["pid"])
+
+
 def test_sigterm_stops_run_with_143_and_no_child_left(tmp_path: Path) -> None:
     """SIGTERM to dsguard: the trainer is ended, run_stopped logged, exit 143."""
     write_job(tmp_path, ["--scenario", "ok", "--max_steps", "100000", "--step_s", "0.05"])
@@ -209,13 +220,7 @@ def test_sigterm_stops_run_with_143_and_no_child_left(tmp_path: Path) -> None:
         dsguard_cmd("run", "job.yaml", "--quiet"), cwd=tmp_path,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
-    trace = tmp_path / "trace.jsonl"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and "step" not in (
-        trace.read_text() if trace.exists() else ""
-    ):
-        time.sleep(0.05)
-    trainer_pid = int(__import__("json").loads(trace.read_text().splitlines()[0])["pid"])
+    trainer_pid = _first_step_trainer_pid(tmp_path)
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     assert not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == "zombie"
@@ -252,13 +257,7 @@ def test_launcher_gets_sigterm_when_dsguard_is_killed(tmp_path: Path) -> None:
         dsguard_cmd("run", "job.yaml", "--quiet"), cwd=tmp_path,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    trace = tmp_path / "trace.jsonl"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and "step" not in (
-        trace.read_text() if trace.exists() else ""
-    ):
-        time.sleep(0.05)
-    trainer_pid = int(__import__("json").loads(trace.read_text().splitlines()[0])["pid"])
+    trainer_pid = _first_step_trainer_pid(tmp_path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     deadline = time.monotonic() + 10

@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 
 from dsguard.protocol import HEARTBEAT_SUBDIR
+from dsguard.supervisor.events import format_knobs
 from dsguard.supervisor.gpu import GpuSnapshot, Unknown
 from dsguard.supervisor.gpu import snapshot as gpu_snapshot
 from dsguard.supervisor.heartbeat import read_heartbeats
@@ -249,17 +250,7 @@ def _gib(n: object) -> str:
 
 
 def _knobs(k: object) -> str:
-    if not isinstance(k, dict):
-        return "?"
-    parts = [f"micro {k.get('micro_batch_size')} x accum {k.get('gradient_accumulation_steps')}"]
-    if k.get("max_length") is not None:
-        parts.append(f"max_length {k['max_length']}")
-    if k.get("zero_stage") is not None:
-        parts.append(f"ZeRO-{k['zero_stage']}")
-    if k.get("offload") not in (None, "none"):
-        parts.append(f"offload {k['offload']}")
-    parts.extend(flag for flag in ("gradient_checkpointing", "lora") if k.get(flag))
-    return ", ".join(parts)
+    return format_knobs(k) if isinstance(k, dict) else "?"
 
 
 def _alive_word(alive: object) -> str:

@@ -41,7 +41,8 @@ def dumps(obj: object) -> str:
     return json.dumps(obj, default=_json_default, ensure_ascii=False, separators=(",", ":"))
 
 
-def _fmt_knobs(k: dict[str, Any]) -> str:
+def format_knobs(k: dict[str, Any]) -> str:
+    """The knobs in one short phrase: ``micro 4 x accum 2, max_length 1024, ZeRO-2``."""
     parts = [
         f"micro {k.get('micro_batch_size')} x accum {k.get('gradient_accumulation_steps')}",
     ]
@@ -73,7 +74,7 @@ def human_line(ev: dict[str, Any]) -> str:
         knobs = ev.get("knobs", {})
         resume = ev.get("resume_from") or "fresh start"
         body = (
-            f"attempt started (pid {ev.get('pid')}): {_fmt_knobs(knobs)}, "
+            f"attempt started (pid {ev.get('pid')}): {format_knobs(knobs)}, "
             f"global batch {ev.get('global_batch')}; resume: {resume}"
         )
     elif name == "failure_detected":
