@@ -93,22 +93,46 @@ def _broken_compilers(bin_dir: Path) -> None:
         script.chmod(0o755)
 
 
-def _seed_shm(ext_dir: Path, env: dict[str, str]) -> None:
-    """Put a built deepspeed_shm_comm into ext_dir: copied from the cache, else built once."""
-    ext_dir.mkdir(parents=True)
-    cache_env = {k: v for k, v in env.items() if k != "TORCH_EXTENSIONS_DIR"}
+def _clean_env() -> dict[str, str]:
+    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSGUARD_") and k not in drop}
+    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="2")
+    return env
+
+
+def _built_for_this_interpreter(op_dir: Path) -> bool:
+    """A JIT build records its include paths in build.ninja; one made by another venv (another
+    checkout) is rebuilt by ninja on load, here with the broken compiler, and the test would
+    fail on the wrong op."""
+    ninja = op_dir / "build.ninja"
+    so = op_dir / f"{SHM_OP}.so"
+    return so.is_file() and ninja.is_file() and sys.prefix in ninja.read_text()
+
+
+@pytest.fixture(scope="module")
+def shm_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A deepspeed_shm_comm build for this interpreter: the cached one if it is, else built
+    once (with the real compiler: about a minute on 2 cores)."""
+    env = _clean_env()
+    env.pop("TORCH_EXTENSIONS_DIR", None)
     clear_cache()
-    default_root = detect(sys.executable, env=cache_env, search_globs=[]).torch_extensions_dir
-    cached = None if default_root is None else Path(default_root) / SHM_OP
-    if cached is not None and (cached / f"{SHM_OP}.so").is_file():
-        shutil.copytree(cached, ext_dir / SHM_OP)  # copy2: mtimes kept, so ninja has no work
-        return
-    subprocess.run(  # with the real compiler: about a minute on 2 cores
+    default_root = detect(sys.executable, env=env, search_globs=[]).torch_extensions_dir
+    if default_root is not None and _built_for_this_interpreter(Path(default_root) / SHM_OP):
+        return Path(default_root) / SHM_OP
+    root = tmp_path_factory.mktemp("shm-build")
+    subprocess.run(
         [sys.executable, "-c",
          "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()"],
-        env={**env, "TORCH_EXTENSIONS_DIR": str(ext_dir)}, check=True, timeout=RUN_TIMEOUT_S,
+        env={**env, "TORCH_EXTENSIONS_DIR": str(root)}, check=True, timeout=RUN_TIMEOUT_S,
         capture_output=True,
     )  # fmt: skip
+    return root / SHM_OP
+
+
+def _seed_shm(ext_dir: Path, shm_build: Path) -> None:
+    """Put the built deepspeed_shm_comm into ext_dir (copy2 keeps mtimes: ninja has no work)."""
+    ext_dir.mkdir(parents=True)
+    shutil.copytree(shm_build, ext_dir / SHM_OP)
 
 
 def _train(
@@ -139,17 +163,15 @@ def _train(
     ],
 )
 def test_real_op_build_failure_is_healed_by_avoiding_the_op(
-    tmp_path: Path, offload: bool, op: str
+    tmp_path: Path, offload: bool, op: str, shm_build: Path
 ) -> None:
     bin_dir = tmp_path / "broken-bin"
     ext_dir = tmp_path / "torch_extensions"
-    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSGUARD_") and k not in drop}
-    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="2")
+    env = _clean_env()
     ds_config = json.loads(json.dumps(DS_CONFIG))
     if not offload:
         del ds_config["zero_optimization"]["offload_optimizer"]
-    _seed_shm(ext_dir, env)
+    _seed_shm(ext_dir, shm_build)
     _broken_compilers(bin_dir)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
