@@ -420,41 +420,8 @@ def find_toolkits(
 
 # -- torch, from the training interpreter -------------------------------------------------------
 
-# Runs in the training interpreter. Prints one marked JSON line; never raises.
-_PROBE_SCRIPT = r"""
-import json, os, sys
-out = {}
-try:
-    import torch
-    out["torch_version"] = str(torch.__version__)
-    out["cuda"] = torch.version.cuda
-    out["hip"] = getattr(torch.version, "hip", None)
-    try:
-        import torch.utils.cpp_extension as ce
-        out["cuda_home"] = ce.CUDA_HOME
-        root = os.environ.get("TORCH_EXTENSIONS_DIR")
-        if root is None:
-            if out["hip"] is not None:
-                acc = "rocm" + str(out["hip"]).replace(".", "")
-            elif out["cuda"] is not None:
-                acc = "cu" + str(out["cuda"]).replace(".", "")
-            else:
-                acc = "cpu"
-            v = sys.version_info
-            py = "py%d%d%s" % (v[0], v[1], getattr(sys, "abiflags", ""))
-            root = os.path.join(ce.get_default_build_root(), py + "_" + acc)
-        out["torch_extensions_dir"] = root
-    except Exception as exc:
-        out["cpp_extension_error"] = "%s: %s" % (type(exc).__name__, exc)
-except Exception as exc:
-    out["error"] = "%s: %s" % (type(exc).__name__, exc)
-try:
-    from importlib.metadata import version
-    out["deepspeed"] = version("deepspeed")
-except Exception:
-    out["deepspeed"] = None
-sys.stdout.write("DSGUARD_ENVFACTS " + json.dumps(out) + "\n")
-"""
+#: Runs in the training interpreter (by path: the supervisor never imports torch).
+_PROBE_FILE = Path(__file__).resolve().parent.parent / "probes" / "torch_facts.py"
 
 _probe_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
 _probe_lock = threading.Lock()
@@ -474,7 +441,7 @@ def _probe_torch(python: str, env: Mapping[str, str], timeout_s: float) -> dict[
         return cached
     try:
         proc = subprocess.run(
-            [python, "-c", _PROBE_SCRIPT],
+            [python, str(_PROBE_FILE)],
             env=dict(env),
             capture_output=True,
             text=True,
