@@ -19,9 +19,11 @@ import pytest
 from dsguard.errors import JobFileError, Problem
 from dsguard.job import ALL_RUNGS, CheckpointSpec, Job, Ladder, LauncherKind, Limits
 from dsguard.jobfile import (
+    _SECTIONS,
     DOCUMENT,
     FlagsSection,
     TrainSection,
+    _TopSection,
     job_file_schema,
     job_from_command,
     load_job,
@@ -183,10 +185,25 @@ def test_zero3_config_gives_stage_3_without_offload(work: Path) -> None:
 
 
 def test_models_cover_the_knobs() -> None:
-    assert set(TrainSection.model_fields) == set(KNOB_NAMES)
-    assert set(FlagsSection.model_fields) == set(FLAG_KNOBS)
+    assert set(TrainSection.names()) == set(KNOB_NAMES)
+    assert set(FlagsSection.names()) == set(FLAG_KNOBS)
     schema = job_file_schema()
     assert {"name", "train", "deepspeed", "limits"} <= set(schema["properties"])
+
+
+def test_schema_describes_the_file() -> None:
+    """The editor schema states the same rules the checker enforces."""
+    schema = job_file_schema()
+    assert set(schema["properties"]) == {*_TopSection.names(), *_SECTIONS}
+    assert schema["required"] == ["name", "train"]
+    assert schema["additionalProperties"] is False
+    train = schema["properties"]["train"]
+    assert train["required"] == ["micro_batch_size"]
+    assert train["properties"]["micro_batch_size"] == {"type": "integer", "minimum": 1}
+    assert train["additionalProperties"] is False
+    backoff = schema["properties"]["limits"]["properties"]["backoff_s"]["anyOf"][0]
+    assert (backoff["minItems"], backoff["maxItems"]) == (2, 2)
+    json.dumps(schema)  # serialisable as is
 
 
 # ------------------------------------------------------------------------- valid jobs
@@ -1317,3 +1334,62 @@ def test_quick_start_structural_errors(cwd: Path) -> None:
     assert "<command line>: script:" in str(
         JobFileError(command_problems(["python", "missing.py"], cwd))
     )
+
+
+# ------------------------------------------------------------------------- resources
+
+
+@pytest.mark.parametrize(
+    ("value", "expected_bytes"),
+    [("6GiB", 6 * 1024**3), ("800M", 800 * 1000**2), ("1.5 GB", 1_500_000_000), (4096, 4096)],
+)
+def test_host_memory_limit_sizes(work: Path, value: object, expected_bytes: int) -> None:
+    text = "name: t\nscript: train.py\ntrain: {micro_batch_size: 2}\n"
+    text += f"resources: {{host_memory_limit: {json.dumps(value)}, gpu_memory_fraction: 0.5}}\n"
+    job = load_job(write_job(work, text))
+    assert job.resources.host_memory_limit_bytes == expected_bytes
+    assert job.resources.gpu_memory_fraction == 0.5
+
+
+@pytest.mark.parametrize(
+    ("value", "fragments"),
+    [
+        # One problem at the key itself, not one per accepted type at made-up sub-keys.
+        ("1.5", ["must be an integer or a string, got 1.5"]),
+        ("[1]", ["must be an integer or a string, got a list"]),
+        ('"lots"', ["'lots' is not a size"]),
+        ("0", ["is not a size"]),
+    ],
+)
+def test_bad_host_memory_limit(work: Path, value: str, fragments: list[str]) -> None:
+    text = "name: t\nscript: train.py\ntrain: {micro_batch_size: 2}\nresources:\n"
+    text += f"  host_memory_limit: {value}\n"
+    problem = only_problem(write_job(work, text))
+    assert (problem.field, problem.line) == ("resources.host_memory_limit", 5)
+    for fragment in fragments:
+        assert fragment in problem.message, problem
+
+
+def test_gpu_memory_fraction_bounds(work: Path) -> None:
+    text = "name: t\nscript: train.py\ntrain: {micro_batch_size: 2}\nresources:\n"
+    assert_problem(
+        write_job(work, text + "  gpu_memory_fraction: 0\n"),
+        "resources.gpu_memory_fraction",
+        5,
+        "must be greater than 0, got 0",
+    )
+    assert_problem(
+        write_job(work, text + "  gpu_memory_fraction: 1.5\n"),
+        "resources.gpu_memory_fraction",
+        5,
+        "must be less than or equal to 1, got 1.5",
+    )
+
+
+def test_tab_inside_a_value_is_refused(work: Path) -> None:
+    """libyaml (the fast path) would keep a tab inside a plain value and name a directory
+    with it; a file with a tab takes PyYAML's stricter parser, as before."""
+    text = "name: t\nscript: train.py\ntrain: {micro_batch_size: 2}\ncheckpoints:\n"
+    problem = only_problem(write_job(work, text + "  dir: out\t/x\n"))
+    assert (problem.field, problem.line) == (DOCUMENT, 5)
+    assert "invalid YAML" in problem.message and "'\\t'" in problem.message

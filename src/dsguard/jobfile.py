@@ -1,15 +1,15 @@
 """Job file (YAML) and quick-start command line -> :class:`dsguard.job.Job`.
 
-This is the only module that sees YAML, pydantic and relative paths. Its contract with the
+This is the only module that sees YAML and relative paths. Its contract with the
 user: a bad job file is refused before anything launches, and *every* problem is reported at
 once as ``FILE:LINE: field: what is wrong``. A supervisor that finds the third typo only after
 the first two restarts wastes GPU hours, so validation never stops at the first error.
 
-How positions are found: pydantic knows nothing about YAML, so the text is parsed twice. The
-composed node tree (``yaml.compose``) keeps ``start_mark`` for every key and value; a pydantic
-error's ``loc`` is walked through that tree to the offending key. Checks pydantic cannot
-express (files exist, cross-field rules, flags dsguard owns) run afterwards over whatever
-parts validated, using the same locator.
+How positions are found: the shape check (:mod:`dsguard.jobschema`) sees plain Python
+values, so the text is parsed twice. The composed node tree (``yaml.compose``) keeps
+``start_mark`` for every key and value; a shape error's ``loc`` is walked through that tree to
+the offending key. Checks a shape cannot express (files exist, cross-field rules, flags
+dsguard owns) run afterwards over whatever parts validated, using the same locator.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from dsguard.errors import JobFileError, Problem
@@ -40,9 +39,22 @@ from dsguard.job import (
     Limits,
     Resources,
 )
+from dsguard.jobschema import (
+    Bool,
+    Float,
+    Int,
+    IntOrStr,
+    ListOf,
+    OneOf,
+    Section,
+    ShapeError,
+    Str,
+    StrMap,
+    spec,
+)
 from dsguard.knobs import DEFAULT_FLAGS, FLAG_KNOBS, KNOB_NAMES, Knobs, Offload
 
-__all__ = ["NAME_PATTERN", "JobFileModel", "job_file_schema", "job_from_command", "load_job"]
+__all__ = ["NAME_PATTERN", "job_file_schema", "job_from_command", "load_job"]
 
 #: Job names become a directory name and a systemd instance name (``dsguard@NAME``), so
 #: they must be safe in both without escaping.
@@ -79,115 +91,96 @@ _INT_KNOB_MINIMUM = {
 
 
 # --------------------------------------------------------------------------------------------
-# pydantic models: the shape of the file. Semantics live in the checks further down.
+# The shape of the file (dsguard.jobschema). Semantics live in the checks further down.
 # --------------------------------------------------------------------------------------------
-
-
-class _Model(BaseModel):
-    # strict: YAML already produced typed scalars; lax coercion would turn `lora: 1` or
-    # `micro_batch_size: true` into something the user never wrote.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 LauncherName = Literal["python", "deepspeed", "torchrun", "accelerate"]
 OffloadName = Literal["none", "optimizer", "all"]
-_NonNegativeInt = Annotated[int, Field(ge=0)]
-_NonNegativeFloat = Annotated[float, Field(ge=0)]
+_LAUNCHERS: tuple[LauncherName, ...] = ("python", "deepspeed", "torchrun", "accelerate")
+_OFFLOADS: tuple[OffloadName, ...] = ("none", "optimizer", "all")
 
 
-class TrainSection(_Model):
+class TrainSection(Section):
     """``train:``. Unset optional knobs stay ``None`` so :class:`Knobs` supplies its defaults
     (one source of truth) and so "set by the user" (``explicit_knobs``) stays observable."""
 
-    micro_batch_size: int = Field(ge=1)
-    gradient_accumulation_steps: int | None = Field(default=None, ge=1)
-    max_length: int | None = Field(default=None, ge=1)
-    zero_stage: int | None = Field(default=None, ge=0, le=3)
-    offload: OffloadName | None = None
-    lora: bool | None = None
-    gradient_checkpointing: bool | None = None
-    dataloader_workers: int | None = Field(default=None, ge=0)
-    pin_memory: bool | None = None
+    micro_batch_size: int = spec(Int(ge=1))
+    gradient_accumulation_steps: int | None = spec(Int(ge=1), None)
+    max_length: int | None = spec(Int(ge=1), None)
+    zero_stage: int | None = spec(Int(ge=0, le=3), None)
+    offload: OffloadName | None = spec(OneOf(_OFFLOADS), None)
+    lora: bool | None = spec(Bool(), None)
+    gradient_checkpointing: bool | None = spec(Bool(), None)
+    dataloader_workers: int | None = spec(Int(ge=0), None)
+    pin_memory: bool | None = spec(Bool(), None)
 
 
-class FlagsSection(_Model):
+class FlagsSection(Section):
     """``flags:``. An absent key keeps the HF default; ``null`` means never pass that knob
-    (``model_fields_set`` tells the two apart). Must list exactly ``knobs.FLAG_KNOBS``."""
+    (``fields_set`` tells the two apart). Must list exactly ``knobs.FLAG_KNOBS``."""
 
-    micro_batch_size: str | None = None
-    gradient_accumulation_steps: str | None = None
-    max_length: str | None = None
-    lora: str | None = None
-    gradient_checkpointing: str | None = None
-    dataloader_workers: str | None = None
-    pin_memory: str | None = None
-
-
-class DeepSpeedSection(_Model):
-    config: str
-    flag: str | None = None  # absent -> DeepSpeedSpec's default; null -> never passed
+    micro_batch_size: str | None = spec(Str(), None)
+    gradient_accumulation_steps: str | None = spec(Str(), None)
+    max_length: str | None = spec(Str(), None)
+    lora: str | None = spec(Str(), None)
+    gradient_checkpointing: str | None = spec(Str(), None)
+    dataloader_workers: str | None = spec(Str(), None)
+    pin_memory: str | None = spec(Str(), None)
 
 
-class CheckpointsSection(_Model):
-    dir: str
-    resume_flag: str | None = None  # absent -> CheckpointSpec's default; null -> never passed
-    output_flag: str | None = None  # absent -> CheckpointSpec's default; null -> not rewritten
-    resume_at_start: bool | None = None
+class DeepSpeedSection(Section):
+    config: str = spec(Str())
+    flag: str | None = spec(Str(), None)  # absent -> DeepSpeedSpec's default; null -> never passed
 
 
-class LadderSection(_Model):
-    oom: list[str] | None = None
-    host_oom: list[str] | None = None
+class CheckpointsSection(Section):
+    dir: str = spec(Str())
+    resume_flag: str | None = spec(Str(), None)  # absent -> CheckpointSpec's default; null -> never
+    output_flag: str | None = spec(Str(), None)  # absent -> CheckpointSpec's default; null -> kept
+    resume_at_start: bool | None = spec(Bool(), None)
 
 
-class LimitsSection(_Model):
-    min_micro_batch_size: int | None = Field(default=None, ge=1)
-    min_max_length: int | None = Field(default=None, ge=1)
-    max_attempts: int | None = Field(default=None, ge=1)
-    backoff_s: list[_NonNegativeFloat] | None = Field(default=None, min_length=2, max_length=2)
-    healthy_uptime_s: float | None = Field(default=None, ge=0)
-    stop_grace_s: float | None = Field(default=None, ge=0)
-    fatal_grace_s: float | None = Field(default=None, ge=0)
-    hang_timeout_s: float | None = Field(default=None, gt=0)
-    stop_save_timeout_s: float | None = Field(default=None, ge=0)
+class LadderSection(Section):
+    oom: list[str] | None = spec(ListOf(Str()), None)
+    host_oom: list[str] | None = spec(ListOf(Str()), None)
 
 
-class ResourcesSection(_Model):
-    gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
+class LimitsSection(Section):
+    min_micro_batch_size: int | None = spec(Int(ge=1), None)
+    min_max_length: int | None = spec(Int(ge=1), None)
+    max_attempts: int | None = spec(Int(ge=1), None)
+    backoff_s: list[float] | None = spec(ListOf(Float(ge=0), min_length=2, max_length=2), None)
+    healthy_uptime_s: float | None = spec(Float(ge=0), None)
+    stop_grace_s: float | None = spec(Float(ge=0), None)
+    fatal_grace_s: float | None = spec(Float(ge=0), None)
+    hang_timeout_s: float | None = spec(Float(gt=0), None)
+    stop_save_timeout_s: float | None = spec(Float(ge=0), None)
+
+
+class ResourcesSection(Section):
+    gpu_memory_fraction: float | None = spec(Float(gt=0, le=1), None)
     #: Bytes, or a size such as "6GiB", "800MiB", "1.5G".
-    host_memory_limit: int | str | None = None
+    host_memory_limit: int | str | None = spec(IntOrStr(), None)
 
 
-class _TopSection(_Model):
+class _TopSection(Section):
     """The top-level scalars; the sections are validated one by one (see :func:`_validate`)."""
 
-    name: str = Field(pattern=NAME_PATTERN)
-    workdir: str = "."
-    launcher: LauncherName = "python"
-    script: str | None = None
-    module: str | None = None
-    args: list[str] = Field(default_factory=list)
-    python: str | None = None
-    gpus: list[_NonNegativeInt] | None = None
-    world_size: int | None = Field(default=None, ge=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    log_dir: str | None = None
+    name: str = spec(Str(pattern=NAME_PATTERN))
+    workdir: str = spec(Str(), ".", nullable=False)
+    launcher: LauncherName = spec(OneOf(_LAUNCHERS), "python", nullable=False)
+    script: str | None = spec(Str(), None)
+    module: str | None = spec(Str(), None)
+    args: list[str] = spec(ListOf(Str()), [], nullable=False)
+    python: str | None = spec(Str(), None)
+    gpus: list[int] | None = spec(ListOf(Int(ge=0)), None)
+    world_size: int | None = spec(Int(ge=1), None)
+    env: dict[str, str] = spec(StrMap(), {}, nullable=False)
+    log_dir: str | None = spec(Str(), None)
 
 
-class JobFileModel(_TopSection):
-    """The whole file, for :func:`job_file_schema` (editor completion). Validation itself
-    goes section by section so that one bad section does not hide problems in the others."""
-
-    train: TrainSection
-    flags: FlagsSection | None = None
-    deepspeed: DeepSpeedSection | None = None
-    checkpoints: CheckpointsSection | None = None
-    ladder: LadderSection | None = None
-    limits: LimitsSection | None = None
-    resources: ResourcesSection | None = None
-
-
-_SECTIONS: dict[str, type[_Model]] = {
+_SECTIONS: dict[str, type[Section]] = {
     "train": TrainSection,
     "flags": FlagsSection,
     "deepspeed": DeepSpeedSection,
@@ -207,7 +200,7 @@ _FALLBACKS: dict[str, dict[str, Any]] = {
     "deepspeed": {"config": ""},
     "checkpoints": {"dir": "."},
 }
-#: Extra hints for pydantic errors, by dotted field (without list indices) and error type.
+#: Extra hints for shape errors, by dotted field (without list indices) and error type.
 _HINTS: dict[tuple[str, str], str] = {
     ("args", "list_type"): "write args as a YAML list, one argument per item",
     ("args", "string_type"): "write each argument as its own list item (quote it if it "
@@ -221,9 +214,18 @@ _HINTS: dict[tuple[str, str], str] = {
 }
 
 
+#: Valid top-level keys: the scalars, then the sections.
+_TOP_KEYS: tuple[str, ...] = (*_TopSection.names(), *_SECTIONS)
+
+
 def job_file_schema() -> dict[str, Any]:
-    """JSON schema of the job file, for editors (``dsguard schema``)."""
-    return JobFileModel.model_json_schema()
+    """JSON schema of the whole job file, for editor completion (YAML language servers)."""
+    schema = _TopSection.json_schema()
+    schema["title"] = "dsguard job file"
+    schema["required"] = [*schema.get("required", []), "train"]
+    for name, section in _SECTIONS.items():
+        schema["properties"][name] = section.json_schema()
+    return schema
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,22 +385,21 @@ def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
 
 def _key_home(key: str, here: str) -> str | None:
     """The section a misplaced key belongs to, e.g. top-level ``micro_batch_size`` -> train."""
-    if here != "" and key in _TopSection.model_fields:
+    if here != "" and key in _TopSection.names():
         return "the top level"
     for section, model in _SECTIONS.items():
-        if section != here and key in model.model_fields:
+        if section != here and key in model.names():
             return f"{section}:"
     return None
 
 
-def _message(err: Mapping[str, Any], field_name: str, section: str) -> str:
-    kind = str(err["type"])
-    value = err.get("input")
-    loc = tuple(err["loc"])
+def _message(err: ShapeError, field_name: str, section: str) -> str:
+    kind = err.type
+    value = err.input
+    loc = err.loc
     if kind == "extra_forbidden":
         key = str(loc[-1])
-        model = _SECTIONS.get(section, JobFileModel)
-        candidates = list(model.model_fields)
+        candidates = list(_SECTIONS[section].names() if section else _TOP_KEYS)
         msg = "unknown key" + _did_you_mean(key, candidates)
         home = _key_home(key, section) if len(loc) == 1 else None
         if section == "flags" and key in KNOB_NAMES:
@@ -410,14 +411,12 @@ def _message(err: Mapping[str, Any], field_name: str, section: str) -> str:
         return "required key is missing"
     if kind in ("model_type", "dict_type"):
         return f"must be a mapping, got {_show(value)}"
-    msg = (
-        str(err["msg"])
-        .replace("Input should be", "must be")
-        .replace("String should match pattern", "must match the pattern")
+    msg = err.msg.replace("Input should be", "must be").replace(
+        "String should match pattern", "must match the pattern"
     )
     msg = f"{msg}, got {_show(value)}"
     if kind == "literal_error" and isinstance(value, str):
-        expected = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        expected = re.findall(r"'([^']*)'", str(err.ctx.get("expected", "")))
         msg += _did_you_mean(value, expected)
     if kind == "string_type" and value is not None and not isinstance(value, list | dict):
         msg += " (quote it to make it a string)"
@@ -431,7 +430,7 @@ def _message(err: Mapping[str, Any], field_name: str, section: str) -> str:
 # Section validation that keeps going
 # --------------------------------------------------------------------------------------------
 
-M = TypeVar("M", bound=_Model)
+M = TypeVar("M", bound=Section)
 
 
 @dataclass
@@ -461,26 +460,22 @@ class _Context:
 
 def _validate(model: type[M], data: object, section: str, ctx: _Context) -> _Checked[M]:
     prefix: Loc = (section,) if section else ()
-    try:
-        return _Checked(model.model_validate(data))
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
+    checked, errors = model.check(data)
+    if checked is not None:
+        return _Checked(checked)
     for err in errors:
-        loc = prefix + tuple(err["loc"])
+        loc = prefix + err.loc
         ctx.add(loc, _message(err, ctx.locator.dotted(loc), section))
     if not isinstance(data, dict):
         return _Checked(None)
     # Retry without the offending keys (stand-ins for required ones) so that the checks
     # below still see the parts of this section that are fine.
-    bad = frozenset(str(err["loc"][0]) for err in errors if err["loc"])
+    bad = frozenset(str(err.loc[0]) for err in errors if err.loc)
     cleaned = {k: v for k, v in data.items() if k not in bad}
     for key, stand_in in _FALLBACKS.get(section, {}).items():
         if key in bad or key not in cleaned:
             cleaned[key] = stand_in
-    try:
-        return _Checked(model.model_validate(cleaned), bad)
-    except ValidationError:
-        return _Checked(None, bad)
+    return _Checked(model.check(cleaned)[0], bad)
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,7 +599,7 @@ def _stringify_scalars(data: dict[str, Any], locator: _Locator) -> None:
 
     def raw(loc: Loc, value: object) -> object:
         if value is None or isinstance(value, str | list | dict):
-            return value  # null and containers are left for pydantic to reject
+            return value  # null and containers are left for the shape check to reject
         node, _ = locator.find(loc)
         return node.value if isinstance(node, ScalarNode) else str(value)
 
@@ -625,6 +620,20 @@ def _fail(path: Path, line: int | None, message: str) -> JobFileError:
     return JobFileError([Problem(path, line, DOCUMENT, message)])
 
 
+#: libyaml when PyYAML was built with it: parsing a job file twice (nodes for the lines, then
+#: values) in pure Python costs ~25 ms of `dsguard validate`'s 300 ms start-up budget.
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _compose_and_load(text: str, loader: Any) -> tuple[Node | None, object]:
+    """The node tree (it keeps every key's line) and the constructed values. Two parses, not
+    one: constructing merges ``<<:`` keys into the tree in place, and the locator and the
+    duplicate-key check need the tree as written."""
+    root = yaml.compose(text, Loader=loader)
+    data = yaml.load(text, Loader=loader) if root is not None else None
+    return root, data
+
+
 def _parse(path: Path) -> tuple[dict[str, Any], _Locator, list[Problem]]:
     """Read, compose and construct the YAML; raise at once if there is nothing to validate."""
     try:
@@ -634,8 +643,16 @@ def _parse(path: Path) -> tuple[dict[str, Any], _Locator, list[Problem]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise _fail(path, None, f"cannot read the job file: {exc}") from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text) if root is not None else None
+        try:
+            # A tab goes to the pure-Python parser, which refuses it where libyaml would keep
+            # it inside a value (`dir: out<TAB>/x` would silently name a directory with a tab).
+            loader = yaml.SafeLoader if "\t" in text else _FAST_LOADER
+            root, data = _compose_and_load(text, loader)
+        except yaml.YAMLError:
+            # libyaml's messages are terse ("found character that cannot start any token");
+            # the pure-Python parser names the character and where the construct started.
+            # Only a broken file pays for the second, slower parse.
+            root, data = _compose_and_load(text, yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = str(exc.problem or exc.context)
@@ -874,7 +891,7 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
             ds_stage, ds_offload, errors = _ds_knobs(base, config_path)
             for message in errors:
                 ctx.add(("deepspeed", "config"), message)
-            flag_kw = {"flag": ds_model.flag} if "flag" in ds_model.model_fields_set else {}
+            flag_kw = {"flag": ds_model.flag} if "flag" in ds_model.fields_set else {}
             ds_spec = DeepSpeedSpec(config_path=config_path, base=base, **flag_kw)
 
     # --- knobs ------------------------------------------------------------------------------
@@ -884,7 +901,7 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
     if train_c is not None and train is not None:
         values = {
             k: getattr(train, k)
-            for k in train.model_fields_set
+            for k in train.fields_set
             if getattr(train, k) is not None and k not in train_c.bad
         }
         explicit = set(values)
@@ -909,9 +926,9 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
             explicit |= {"zero_stage", "offload"}  # the base config states them explicitly
             conflict = _offload_conflict(stage, offload)
             if conflict is not None:
-                if "offload" in train.model_fields_set and train.offload is not None:
+                if "offload" in train.fields_set and train.offload is not None:
                     ctx.add(("train", "offload"), conflict)
-                elif "zero_stage" in train.model_fields_set and train.zero_stage is not None:
+                elif "zero_stage" in train.fields_set and train.zero_stage is not None:
                     ctx.add(("train", "zero_stage"), conflict)
                 else:
                     ctx.add(("deepspeed", "config"), f"{ds_spec.config_path}: {conflict}")
@@ -923,8 +940,8 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
     # --- flags dsguard owns -----------------------------------------------------------------
     flag_map: dict[str, str | None] = dict(DEFAULT_FLAGS)
     if flags_c is not None and flags_c.model is not None:
-        for knob in FlagsSection.model_fields:
-            if knob in flags_c.model.model_fields_set and knob not in flags_c.bad:
+        for knob in FlagsSection.names():
+            if knob in flags_c.model.fields_set and knob not in flags_c.bad:
                 flag_map[knob] = getattr(flags_c.model, knob)
     owned: list[tuple[str, Loc, str]] = []  # (flag, where it is configured, why dsguard owns it)
     for knob in FLAG_KNOBS:
@@ -938,7 +955,7 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
     resume_flag: str | None = None
     ckpt = ckpt_c.model if ckpt_c is not None else None
     if ckpt is not None:
-        resume_flag = ckpt.resume_flag if "resume_flag" in ckpt.model_fields_set else _RESUME_FLAG
+        resume_flag = ckpt.resume_flag if "resume_flag" in ckpt.fields_set else _RESUME_FLAG
         if resume_flag is not None:
             owned.append(
                 (resume_flag, ("checkpoints", "resume_flag"), "dsguard passes this when it resumes")
@@ -970,7 +987,7 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
     checkpoints: CheckpointSpec | None = None
     if ckpt is not None and ckpt_c is not None and "dir" not in ckpt_c.bad and workdir is not None:
         ckpt_kw: dict[str, Any] = {"resume_flag": resume_flag}
-        if "output_flag" in ckpt.model_fields_set:
+        if "output_flag" in ckpt.fields_set:
             ckpt_kw["output_flag"] = ckpt.output_flag
         if ckpt.resume_at_start is not None:
             ckpt_kw["resume_at_start"] = ckpt.resume_at_start
@@ -1012,7 +1029,7 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
         lm = limits_c.model
         limits_kw: dict[str, Any] = {
             k: getattr(lm, k)
-            for k in lm.model_fields_set
+            for k in lm.fields_set
             if k != "backoff_s" and getattr(lm, k) is not None
         }
         if lm.backoff_s is not None:
