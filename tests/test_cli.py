@@ -157,6 +157,30 @@ def test_supervisor_path_never_imports_torch() -> None:
     assert out.strip() == "[]"
 
 
+def test_validate_loads_only_what_it_needs(tmp_path: Path) -> None:
+    """`dsguard validate` of a DeepSpeed job (parse, shape check, render, preflight) loads no
+    pydantic and neither the classifier nor the remedies: those imports were most of its
+    start-up time (bench P4, target 300 ms); the time itself is measured there, not here."""
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
+    (tmp_path / "job.yaml").write_text(
+        "name: t\nscript: train.py\ntrain: {micro_batch_size: 2}\ndeepspeed: {config: ds.json}\n"
+    )
+    code = (
+        "import sys\n"
+        "from dsguard.cli import main\n"
+        "assert main(['validate', 'job.yaml']) == 0\n"
+        "heavy = ('pydantic', 'dsguard.supervisor.classify', 'dsguard.policies.remedies', "
+        "'dsguard.supervisor.envfacts', 'torch')\n"
+        "print('LOADED', sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert "job.yaml: ok" in proc.stdout, proc.stderr
+    assert "LOADED []" in proc.stdout
+
+
 def test_status_of_a_finished_run(tmp_path: Path, run_dsguard: Callable[..., RunResult]) -> None:
     """status --json after a run: state succeeded, knobs, not running (exit 3)."""
     write_job(tmp_path, ["--scenario", "oom", "--oom_above", "4"])

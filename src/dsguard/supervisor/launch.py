@@ -11,11 +11,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsguard.job import Job, LauncherKind
 from dsguard.knobs import FLAG_KNOBS, Knobs, Offload
-from dsguard.policies.remedies import Remedy, merged_env, remedy_args
 from dsguard.protocol import (
     ATTEMPT_ENV,
     CONTROL_DIR_ENV,
@@ -27,6 +26,11 @@ from dsguard.protocol import (
     LOG_DIR_ENV,
     RUN_ID_ENV,
 )
+
+if TYPE_CHECKING:
+    # Imported where used: the remedies pull in the classifier's and envfacts' regex tables,
+    # ~70 ms that `dsguard validate` (which only renders the DeepSpeed config) must not pay.
+    from dsguard.policies.remedies import Remedy
 
 # RUN_ID_ENV/ATTEMPT_ENV are the marker every process of an attempt inherits. It survives
 # re-parenting and new sessions (torchrun starts each worker in its own session), so the kill
@@ -185,6 +189,8 @@ def build_command(
         remedies: environment remedies applied so far (flags here, env below; their config
             patch goes into the rendered DeepSpeed config).
     """
+    from dsguard.policies.remedies import merged_env, remedy_args
+
     args = remedy_args(job.args, remedies)
     ckpt = job.checkpoints
     if output_dir is not None and ckpt is not None and ckpt.output_flag is not None:
