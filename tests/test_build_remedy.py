@@ -17,8 +17,10 @@ applied to the same config, under the same broken compiler, trains to the end.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,12 +103,20 @@ def _clean_env() -> dict[str, str]:
 
 
 def _built_for_this_interpreter(op_dir: Path) -> bool:
-    """A JIT build records its include paths in build.ninja; one made by another venv (another
+    """A JIT build records its source paths in build.ninja; one made by another venv (another
     checkout) is rebuilt by ninja on load, here with the broken compiler, and the test would
-    fail on the wrong op."""
+    fail on the wrong op. The sources must be exactly this install's: a substring test
+    of ``sys.prefix`` took ``/check/work/main/.venv`` for ``/work/main/.venv``."""
     ninja = op_dir / "build.ninja"
     so = op_dir / f"{SHM_OP}.so"
-    return so.is_file() and ninja.is_file() and sys.prefix in ninja.read_text()
+    if not (so.is_file() and ninja.is_file()):
+        return False
+    spec = importlib.util.find_spec("deepspeed")  # locates the package without importing it
+    if spec is None or spec.origin is None:
+        return False
+    comm = Path(spec.origin).parent / "ops" / "csrc" / "cpu" / "comm"
+    sources = re.findall(r"^build \S+\.o: compile (\S+)$", ninja.read_text(), flags=re.M)
+    return bool(sources) and all(Path(src).parent == comm for src in sources)
 
 
 @pytest.fixture(scope="module")
