@@ -1,7 +1,7 @@
 """The validated, resolved job: what every stage after parsing works from.
 
 ``jobfile.py`` turns a YAML file (or a quick-start command line) into a :class:`Job`; nothing
-past that point sees YAML, pydantic or relative paths. Every path here is absolute.
+past that point sees YAML or relative paths. Every path here is absolute.
 """
 
 from __future__ import annotations
