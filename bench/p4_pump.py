@@ -127,7 +127,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"duration_s": duration, "rate": RATE, "variants": []}
     with tempfile.TemporaryDirectory(prefix="dsguard-p4p-") as d:
         tmp = Path(d)
-        for coalesce in (watch._COALESCE_S, 0.05, 0.1):
+        # 10 ms was the first release's window; each value once, the shipped one included.
+        for coalesce in sorted({0.01, 0.05, 0.1, watch._COALESCE_S}):
             out["variants"].append(_one(tmp, duration, coalesce))
         out["profile"] = _profile(tmp, duration)
     out["shipped_coalesce_s"] = watch._COALESCE_S
