@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -97,8 +97,8 @@ _INT_KNOB_MINIMUM = {
 
 LauncherName = Literal["python", "deepspeed", "torchrun", "accelerate"]
 OffloadName = Literal["none", "optimizer", "all"]
-_LAUNCHERS: tuple[LauncherName, ...] = ("python", "deepspeed", "torchrun", "accelerate")
-_OFFLOADS: tuple[OffloadName, ...] = ("none", "optimizer", "all")
+_LAUNCHERS: tuple[str, ...] = get_args(LauncherName)
+_OFFLOADS: tuple[str, ...] = get_args(OffloadName)
 
 
 class TrainSection(Section):
