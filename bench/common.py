@@ -107,14 +107,14 @@ def patched_dsguard_argv(**constants: float) -> list[str]:
     """``dsguard`` with module constants overridden in-process (a what-if; src unchanged).
 
     Keys are ``module__NAME`` with the module path after ``dsguard.supervisor.``, e.g.
-    ``watch___COALESCE_S=0.1`` sets ``dsguard.supervisor.watch._COALESCE_S``.
+    ``watch___COALESCE_S=0.1`` sets ``dsguard.run.watch._COALESCE_S``.
     """
     sets = []
     for key, value in constants.items():
         module, name = key.split("__", 1)
         sets.append(f"importlib.import_module('dsguard.supervisor.{module}').{name} = {value!r}")
     code = "; ".join(
-        ["import importlib, sys", *sets, "from dsguard.cli import main", "sys.exit(main())"]
+        ["import importlib, sys", *sets, "from dsguard.cli.main import main", "sys.exit(main())"]
     )
     return [sys.executable, "-c", code]
 

@@ -30,13 +30,13 @@ INLINE_SHIM = (
 
 
 def launch_overhead(runs: int) -> tuple[str, dict[str, dict[str, float]]]:
-    """What starting an attempt through ``python -m dsguard.supervisor.exec_shim`` adds."""
+    """What starting an attempt through ``python -m dsguard.run.exec_shim`` adds."""
     py = sys.executable
     child = [py, "-c", "pass"]
     cmds = {
         "python -c pass": child,
-        "python -m dsguard.supervisor.exec_shim -- python -c pass": [
-            py, "-m", "dsguard.supervisor.exec_shim", "--", *child,
+        "python -m dsguard.run.exec_shim -- python -c pass": [
+            py, "-m", "dsguard.run.exec_shim", "--", *child,
         ],
         "python -I -S -c INLINE_SHIM python -c pass": [py, "-I", "-S", "-c", INLINE_SHIM, *child],
     }  # fmt: skip

@@ -29,9 +29,9 @@ from typing import Any
 
 from bench.common import Summary, summarize
 from bench.logsynth import Synth, synth
-from dsguard.supervisor.classify import Evidence, StreamClassifier
-from dsguard.supervisor.proc import PIPE_SIZE_BYTES
-from dsguard.supervisor.watch import OutputPump
+from dsguard.core.classify import Evidence, StreamClassifier
+from dsguard.run.proc import PIPE_SIZE_BYTES
+from dsguard.run.watch import OutputPump
 
 N_LINES = 1_000_000
 _WRITE_CHUNK = 1 << 16

@@ -199,9 +199,11 @@ def startup(quick: bool) -> dict[str, Any]:
             "dsguard validate job.yaml": [*dsguard_argv(), "validate", str(job)],
             "python -c pass": [sys.executable, "-c", "pass"],
             # Where the time goes: the interpreter, then the imports each command needs.
-            "python -c 'import dsguard.cli'": [sys.executable, "-c", "import dsguard.cli"],
-            "python -c 'import dsguard.jobfile'": [
-                sys.executable, "-c", "import dsguard.jobfile",
+            "python -c 'import dsguard.cli.main'": [
+                sys.executable, "-c", "import dsguard.cli.main",
+            ],
+            "python -c 'import dsguard.job.file'": [
+                sys.executable, "-c", "import dsguard.job.file",
             ],
             "python -c 'import yaml'": [sys.executable, "-c", "import yaml"],
         }  # fmt: skip

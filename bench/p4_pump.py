@@ -25,9 +25,9 @@ from typing import Any
 
 from bench.common import CHILDREN, read_jsonl, wait_for
 from bench.logsynth import synth
-from dsguard.supervisor import watch
-from dsguard.supervisor.classify import Evidence, StreamClassifier
-from dsguard.supervisor.watch import OutputPump
+from dsguard.core.classify import Evidence, StreamClassifier
+from dsguard.run import watch
+from dsguard.run.watch import OutputPump
 
 RATE = 1000
 

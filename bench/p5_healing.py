@@ -284,7 +284,7 @@ def direct(sc: Scenario, micro: int, accum: int, *, steps: int, budget: int | No
     cmd = [py, "-m", "bench.p5_train", *trainer_args(sc, steps, work / "out"),
            *knob_args(sc, micro, accum, deepspeed), *extra]  # fmt: skip
     if budget is not None:
-        cmd = [py, "-m", "dsguard.supervisor.exec_shim", "--as-bytes", str(budget), "--", *cmd]
+        cmd = [py, "-m", "dsguard.run.exec_shim", "--as-bytes", str(budget), "--", *cmd]
     print(f"  [P5] {label} ...", file=sys.stderr, flush=True)
     run = watch(cmd, label=label, trace=work / "trace.jsonl", log=work / "log.txt",
                 cwd=REPO_ROOT, env={})  # fmt: skip

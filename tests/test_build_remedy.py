@@ -34,7 +34,8 @@ pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 pytest.importorskip("transformers")
 
-from dsguard.policies.remedies import (
+from dsguard.core.classify import FailureKind, classify_text
+from dsguard.core.remedies import (
     GiveUp,
     Remedy,
     compiler_error_line,
@@ -44,8 +45,7 @@ from dsguard.policies.remedies import (
     remedy_args,
     remedy_config,
 )
-from dsguard.supervisor.classify import FailureKind, classify_text
-from dsguard.supervisor.envfacts import clear_cache, detect
+from dsguard.host.envfacts import clear_cache, detect
 
 pytestmark = pytest.mark.train
 

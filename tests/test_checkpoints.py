@@ -18,7 +18,7 @@ from typing import Literal
 
 import pytest
 
-from dsguard.supervisor.checkpoints import (
+from dsguard.run.checkpoints import (
     QUARANTINE_DIRNAME,
     CheckpointVerdict,
     checkpoint_step,

@@ -1,4 +1,4 @@
-"""Table-driven tests of the pure failure classifier (``dsguard.supervisor.classify``).
+"""Table-driven tests of the pure failure classifier (``dsguard.core.classify``).
 
 Every table row is a real message format (see the citations in the module's rule table) or a
 near miss that must *not* classify: a warning, an echoed source line, a launcher line about a
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsguard.supervisor.classify import (
+from dsguard.core.classify import (
     Evidence,
     ExitStatus,
     FailureKind,

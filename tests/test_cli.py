@@ -146,8 +146,8 @@ def test_run_needs_a_job_or_command(run_dsguard: Callable[..., RunResult]) -> No
 def test_supervisor_path_never_imports_torch() -> None:
     """Importing the CLI, loop, classifier and policies loads no torch/deepspeed/transformers."""
     code = (
-        "import sys, dsguard.cli, dsguard.supervisor.loop, dsguard.jobfile, "
-        "dsguard.policies.ladder; "
+        "import sys, dsguard.cli.main, dsguard.run.loop, dsguard.job.file, "
+        "dsguard.core.ladder; "
         "print(sorted(m for m in ('torch', 'deepspeed', 'transformers', 'peft') "
         "if m in sys.modules))"
     )
@@ -168,10 +168,10 @@ def test_validate_loads_only_what_it_needs(tmp_path: Path) -> None:
     )
     code = (
         "import sys\n"
-        "from dsguard.cli import main\n"
+        "from dsguard.cli.main import main\n"
         "assert main(['validate', 'job.yaml']) == 0\n"
-        "heavy = ('pydantic', 'dsguard.supervisor.classify', 'dsguard.policies.remedies', "
-        "'dsguard.supervisor.envfacts', 'torch')\n"
+        "heavy = ('pydantic', 'dsguard.core.classify', 'dsguard.core.remedies', "
+        "'dsguard.host.envfacts', 'torch')\n"
         "print('LOADED', sorted(m for m in heavy if m in sys.modules))\n"
     )
     proc = subprocess.run(
@@ -232,7 +232,7 @@ def test_events_follow_prints_new_events(tmp_path: Path) -> None:
 
 def test_internal_error_exits_70(monkeypatch: pytest.MonkeyPatch) -> None:
     """A dsguard bug is exit 70, not 1 (gave up): systemd restarts it and it recovers."""
-    from dsguard import cli
+    from dsguard.cli import main as cli
 
     def boom(_ns: object) -> int:
         raise RuntimeError("bug")

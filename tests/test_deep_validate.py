@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 import yaml
 
-from dsguard.deep_validate import (
+from dsguard.cli.deep_validate import (
     deep_validate,
     hf_stand_ins,
     run_deep_validation,
     validate_in_environment,
 )
-from dsguard.job import Job
-from dsguard.jobfile import load_job
-from dsguard.knobs import Knobs
+from dsguard.job.file import load_job
+from dsguard.job.knobs import Knobs
+from dsguard.job.model import Job
 
 ZERO2 = Path(__file__).resolve().parent.parent / "configs" / "deepspeed" / "zero2.json"
 

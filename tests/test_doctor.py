@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dsguard.doctor import (
+from dsguard.cli.doctor import (
     Check,
     DoctorReport,
     GiB,
@@ -32,10 +32,10 @@ from dsguard.doctor import (
     exit_code,
     render_table,
 )
-from dsguard.doctor import _disk_check as disk_check
-from dsguard.jobfile import load_job
+from dsguard.cli.doctor import _disk_check as disk_check
+from dsguard.host.gpu import GpuDevice, GpuProcess, GpuSnapshot, Unknown
+from dsguard.job.file import load_job
 from dsguard.probes.env_probe import parse_alloc_conf
-from dsguard.supervisor.gpu import GpuDevice, GpuProcess, GpuSnapshot, Unknown
 
 PY = "/opt/train/bin/python"
 DS_TABLE = {"12": ["12.0", "12.1", "12.4", "12.6", "12.8"], "11": ["11.7", "11.8"]}

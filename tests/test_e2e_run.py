@@ -247,7 +247,7 @@ def test_real_host_memory_limit_walks_host_oom_ladder(
     assert [a["rung"] for a in applied] == ["micro_batch"]
     assert applied[0]["global_batch_before"] == applied[0]["global_batch_after"] == 8
     argv = res.named("attempt_started")[0]["argv"]
-    assert "dsguard.supervisor.exec_shim" in argv and "--as-bytes" in argv
+    assert "dsguard.run.exec_shim" in argv and "--as-bytes" in argv
 
 
 def test_launcher_gets_sigterm_when_dsguard_is_killed(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from dsguard.supervisor import envfacts
-from dsguard.supervisor.envfacts import (
+from dsguard.host import envfacts
+from dsguard.host.envfacts import (
     EnvFacts,
     GpuFact,
     clear_cache,

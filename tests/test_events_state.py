@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dsguard.errors import InvalidTransition
-from dsguard.supervisor.events import EventLog, human_line, read_events
-from dsguard.supervisor.state import RunState, StateMachine, read_state, write_json_atomic
+from dsguard.run.events import EventLog, human_line, read_events
+from dsguard.run.state import RunState, StateMachine, read_state, write_json_atomic
 
 
 def fixed_now() -> datetime:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from dsguard.supervisor.events import EventLog
-from dsguard.supervisor.follow import follow
+from dsguard.run.events import EventLog
+from dsguard.run.follow import follow
 
 
 def collect(

@@ -17,7 +17,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from dsguard.supervisor.gpu import (
+from dsguard.host.gpu import (
     GpuDevice,
     GpuProbe,
     GpuProcess,

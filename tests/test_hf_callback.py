@@ -26,7 +26,7 @@ from transformers import TrainerControl, TrainerState
 
 from dsguard import protocol
 from dsguard.integrations.hf import DsguardCallback
-from dsguard.supervisor.checkpoints import inspect_checkpoint
+from dsguard.run.checkpoints import inspect_checkpoint
 from tests.test_train_reference import ZERO2_CPU, argv, ok, read_trace, run_trainer, trainer_env
 
 

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from dsguard.supervisor.hostmem import (
+from dsguard.host.memory import (
     kernel_oom_killed_pids,
     memory_limit_bytes,
     oom_kill_count,
@@ -76,9 +76,9 @@ def test_tree_rss_counts_this_process() -> None:
 def test_sigkill_with_rss_near_the_limit_is_host_oom(tmp_path: Path) -> None:
     """A trainer that really holds ~300 MiB and is then SIGKILLed, under a (injected) 256 MiB
     limit: host_oom with the RSS evidence, host ladder (micro_batch) applied, run completes."""
-    from dsguard.jobfile import load_job
-    from dsguard.supervisor.gpu import ReleaseResult
-    from dsguard.supervisor.loop import Supervisor
+    from dsguard.host.gpu import ReleaseResult
+    from dsguard.job.file import load_job
+    from dsguard.run.loop import Supervisor
 
     write_job(
         tmp_path,

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from dsguard.errors import JobFileError, Problem
-from dsguard.job import ALL_RUNGS, CheckpointSpec, Job, Ladder, LauncherKind, Limits
-from dsguard.jobfile import (
+from dsguard.job.file import (
     _SECTIONS,
     DOCUMENT,
     FlagsSection,
@@ -28,7 +27,8 @@ from dsguard.jobfile import (
     job_from_command,
     load_job,
 )
-from dsguard.knobs import DEFAULT_FLAGS, FLAG_KNOBS, KNOB_NAMES, Knobs, Offload
+from dsguard.job.knobs import DEFAULT_FLAGS, FLAG_KNOBS, KNOB_NAMES, Knobs, Offload
+from dsguard.job.model import ALL_RUNGS, CheckpointSpec, Job, Ladder, LauncherKind, Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "configs" / "examples" / "llama7b-sft.yaml"

@@ -1,4 +1,4 @@
-"""The job file's shape checker (``dsguard.jobschema``): strict types, bounds, unknown keys,
+"""The job file's shape checker (``dsguard.job.schema``): strict types, bounds, unknown keys,
 defaults and ``fields_set``, pure and in milliseconds. The messages users see are tested
 through ``load_job`` in test_jobfile.py; here the error records themselves."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from dsguard.jobschema import (
+from dsguard.job.schema import (
     Bool,
     Float,
     Int,

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from dsguard.errors import LockHeldError
-from dsguard.supervisor.lock import LOCK_FILENAME, JobLockHeld, acquire, read_holder
+from dsguard.run.lock import LOCK_FILENAME, JobLockHeld, acquire, read_holder
 
 #: A second dsguard: takes the lock, optionally starts a grandchild that inherits everything it
 #: can, says "locked <grandchild pid>", then waits to be killed.
@@ -24,7 +24,7 @@ _HOLDER = textwrap.dedent(
     """
     import subprocess, sys, time
     from pathlib import Path
-    from dsguard.supervisor.lock import acquire
+    from dsguard.run.lock import acquire
     lock = acquire(Path(sys.argv[1]), "llama7b-sft")
     gc = 0
     if sys.argv[2] == "spawn":

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dsguard.job import Ladder, Limits
-from dsguard.knobs import DEFAULT_FLAGS, Knobs, Offload
-from dsguard.policies import rungs
-from dsguard.policies.ladder import (
+from dsguard.core import rungs
+from dsguard.core.classify import FailureKind
+from dsguard.core.ladder import (
     AttemptRecord,
     GiveUp,
     PolicyConfig,
@@ -16,8 +15,9 @@ from dsguard.policies.ladder import (
     next_delay,
     plan,
 )
-from dsguard.policies.rungs import RungContext
-from dsguard.supervisor.classify import FailureKind
+from dsguard.core.rungs import RungContext
+from dsguard.job.knobs import DEFAULT_FLAGS, Knobs, Offload
+from dsguard.job.model import Ladder, Limits
 
 CTX = RungContext(
     min_micro_batch_size=1,

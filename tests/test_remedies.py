@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from dsguard.policies.remedies import (
+from dsguard.core.classify import FailureKind, classify_text
+from dsguard.core.remedies import (
     ConfigPatch,
     GiveUp,
     Remedy,
@@ -25,8 +26,7 @@ from dsguard.policies.remedies import (
     remedy_args,
     remedy_config,
 )
-from dsguard.supervisor.classify import FailureKind, classify_text
-from dsguard.supervisor.envfacts import EnvFacts, GpuFact, Toolkit
+from dsguard.host.envfacts import EnvFacts, GpuFact, Toolkit
 
 SITE = "/work/main/.venv/lib/python3.11/site-packages"
 

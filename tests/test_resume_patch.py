@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from dsguard.protocol import Heartbeat, heartbeat_path
-from dsguard.supervisor.heartbeat import capabilities, read_heartbeats
-from dsguard.supervisor.resume import patch_train_batch_size
+from dsguard.run.heartbeat import capabilities, read_heartbeats
+from dsguard.run.resume import patch_train_batch_size
 
 
 def _ckpt(tmp_path: Path, tbs: int) -> Path:

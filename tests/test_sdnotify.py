@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dsguard.supervisor.sdnotify import Notifier, child_env
+from dsguard.run.sdnotify import Notifier, child_env
 
 
 class Receiver:

@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from dsguard.errors import JobFileError
-from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_USAGE
-from dsguard.service import (
+from dsguard.cli.service import (
     STOP_OVERHEAD_S,
     UNIT_NAME,
     UNIT_TEXT,
@@ -23,6 +21,8 @@ from dsguard.service import (
     default_dsguard_bin,
     install,
 )
+from dsguard.errors import JobFileError
+from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_USAGE
 from tests.conftest import write_job
 
 REPO_UNIT = Path(__file__).resolve().parents[1] / "systemd" / UNIT_NAME

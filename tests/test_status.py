@@ -14,8 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from dsguard.protocol import HEARTBEAT_SUBDIR, Heartbeat, heartbeat_path
-from dsguard.status import (
+from dsguard.cli.status import (
     EXIT_NO_STATE,
     EXIT_NOT_RUNNING,
     EXIT_RUNNING,
@@ -25,9 +24,10 @@ from dsguard.status import (
     render_table,
     status_exit_code,
 )
-from dsguard.supervisor.gpu import GpuDevice, GpuProcess, GpuSnapshot, Unknown
-from dsguard.supervisor.lock import LOCK_FILENAME, acquire
-from dsguard.supervisor.state import write_json_atomic
+from dsguard.host.gpu import GpuDevice, GpuProcess, GpuSnapshot, Unknown
+from dsguard.protocol import HEARTBEAT_SUBDIR, Heartbeat, heartbeat_path
+from dsguard.run.lock import LOCK_FILENAME, acquire
+from dsguard.run.state import write_json_atomic
 
 NOW = 1_800_000_000.0
 GiB = 1 << 30

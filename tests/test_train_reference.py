@@ -31,7 +31,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from dsguard.supervisor.checkpoints import inspect_checkpoint
+from dsguard.run.checkpoints import inspect_checkpoint
 from dsguard.train.data import (
     CausalLMCollator,
     TextDataset,

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from dsguard.supervisor import checkpoints as ckpts
+from dsguard.run import checkpoints as ckpts
 from tests.conftest import RunResult, dsguard_cmd, write_job
 
 pytestmark = pytest.mark.e2e
@@ -238,8 +238,8 @@ def test_sd_notify_ready_status_stopping_over_a_real_socket(tmp_path: Path) -> N
 
 
 def _supervisor(workdir: Path, **kw: Any) -> Any:
-    from dsguard.jobfile import load_job
-    from dsguard.supervisor.loop import Supervisor
+    from dsguard.job.file import load_job
+    from dsguard.run.loop import Supervisor
 
     return Supervisor(load_job(workdir / "job.yaml"), **kw)
 
@@ -247,7 +247,7 @@ def _supervisor(workdir: Path, **kw: Any) -> Any:
 def test_gpu_memory_still_held_stops_the_run(tmp_path: Path) -> None:
     """NVML says the OOMed attempt's pid still holds GPU memory after the bounded wait: no
     relaunch (the next attempt would OOM for the wrong reason); exit 1 with the holder."""
-    from dsguard.supervisor.gpu import Holder, ReleaseResult
+    from dsguard.host.gpu import Holder, ReleaseResult
 
     write_job(tmp_path, ["--scenario", "oom", "--oom_above", "4"])
     asked: list[list[int]] = []
@@ -270,7 +270,7 @@ def test_gpu_memory_still_held_stops_the_run(tmp_path: Path) -> None:
 
 def test_busy_gpu_defers_hang_verdict(tmp_path: Path) -> None:
     """Silent but the GPUs compute (a long eval): no hang while busy; once idle, a hang."""
-    from dsguard.supervisor.gpu import ReleaseResult
+    from dsguard.host.gpu import ReleaseResult
 
     write_job(
         tmp_path,

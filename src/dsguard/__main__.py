@@ -1,5 +1,5 @@
 import sys
 
-from dsguard.cli import main
+from dsguard.cli.main import main
 
 sys.exit(main())

@@ -7,7 +7,7 @@ than a crash. The JSON is rewritten after every section, so if importing torch k
 interpreter (a segfault in a CUDA library) the facts gathered before it survive, and
 ``complete`` stays false.
 
-Facts only, no verdicts: ``dsguard.doctor`` classifies them, so the rules are unit-tested in
+Facts only, no verdicts: ``dsguard.cli.doctor`` classifies them, so the rules are unit-tested in
 the supervisor without a training environment. Syntax stays Python 3.8-compatible.
 """
 

@@ -1,4 +1,4 @@
-"""Runs in the *training* interpreter (``dsguard.supervisor.envfacts`` executes this file by
+"""Runs in the *training* interpreter (``dsguard.host.envfacts`` executes this file by
 path): torch's version, its CUDA/HIP build, CUDA_HOME as torch resolves it, the JIT extensions
 dir, and DeepSpeed's version, as one marked JSON line. It never raises, and dsguard itself
 never imports it: the supervisor stays torch-free.

@@ -1,0 +1,419 @@
+"""``dsguard`` command line: run, validate, plan, explain, events, status, service.
+
+Exit codes: 0 succeeded (or valid), 1 gave up, 2 bad job file, usage, or the job is already
+supervised, 128+N stopped by signal N (130 SIGINT, 143 SIGTERM), 70 an internal dsguard error
+(a bug: under systemd it is restarted and recovers, unlike a deliberate give-up). All logic
+lives in library functions; this module only parses arguments, prints, and maps outcomes to
+exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import traceback
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from dsguard import __version__
+from dsguard.errors import JobFileError
+from dsguard.exitcodes import EXIT_INTERNAL_ERROR, EXIT_USAGE
+from dsguard.job.model import Job
+
+EXIT_OK = 0
+
+
+def _load(path: str) -> Job:
+    from dsguard.job.file import load_job
+
+    return load_job(Path(path))
+
+
+def _print_problems(err: JobFileError) -> int:
+    for p in err.problems:
+        print(str(p), file=sys.stderr)
+    print("dsguard: nothing was launched", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from dsguard.run.loop import Supervisor
+
+    command: list[str] = ns.command
+    try:
+        if command and command[0] == "--":
+            command = command[1:]
+        if ns.job and command:
+            print("dsguard run: give a job file or '-- COMMAND', not both", file=sys.stderr)
+            return EXIT_USAGE
+        if ns.job:
+            job = _load(ns.job)
+        elif command:
+            from dsguard.job.file import job_from_command
+
+            job = job_from_command(
+                command,
+                cwd=Path.cwd(),
+                name=ns.name,
+                log_dir=Path(ns.log_dir).resolve() if ns.log_dir else None,
+            )
+        else:
+            print("dsguard run: give a job file or '-- COMMAND ...'", file=sys.stderr)
+            return EXIT_USAGE
+    except JobFileError as err:
+        return _print_problems(err)
+
+    sup = Supervisor(
+        job,
+        console=sys.stderr,
+        echo=None if ns.quiet else sys.stdout.buffer,
+    )
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        sup.request_stop(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return sup.run()
+
+
+def cmd_validate(ns: argparse.Namespace) -> int:
+    try:
+        job = _load(ns.job)
+    except JobFileError as err:
+        return _print_problems(err)
+    if ns.deep:
+        from dsguard.cli.deep_validate import run_deep_validation
+
+        res = run_deep_validation(job)
+        if job.deepspeed is not None:
+            for fix in res.fixes:
+                print(f"{job.deepspeed.config_path}: fixed at launch: {fix}")
+        if res.problems:
+            return _print_problems(JobFileError(res.problems))
+        print(
+            f"DeepSpeed {res.deepspeed_version} accepts {res.configs_checked} rendered "
+            "config(s) (attempt 1 and every rung of the ladder)"
+        )
+    elif job.deepspeed is not None:
+        from dsguard.core.preflight import check_deepspeed_config, uses_hf_trainer
+        from dsguard.run.launch import render_deepspeed_config
+
+        rendered = render_deepspeed_config(job.deepspeed.base, job.knobs, job.world_size)
+        pre = check_deepspeed_config(
+            rendered, knobs=job.knobs, world_size=job.world_size, hf_trainer=uses_hf_trainer(job)
+        )
+        for fix in pre.fixes:
+            print(f"{job.deepspeed.config_path}: fixed at launch: {fix}")
+        if pre.problems:
+            for problem in pre.problems:
+                print(f"{job.deepspeed.config_path}: {problem}", file=sys.stderr)
+            print("dsguard: nothing was launched", file=sys.stderr)
+            return EXIT_USAGE
+    k = job.knobs
+    print(
+        f"{ns.job}: ok: job {job.name!r}, launcher {job.launcher}, world {job.world_size}, "
+        f"global batch {k.global_batch(job.world_size)} "
+        f"(micro {k.micro_batch_size} x accum {k.gradient_accumulation_steps} x world "
+        f"{job.world_size}), log_dir {job.log_dir}"
+    )
+    return EXIT_OK
+
+
+def cmd_plan(ns: argparse.Namespace) -> int:
+    from dsguard.core.classify import FailureKind
+    from dsguard.core.ladder import PolicyConfig, plan
+
+    try:
+        job = _load(ns.job)
+    except JobFileError as err:
+        return _print_problems(err)
+    cfg = PolicyConfig.from_job(job)
+    kinds = (
+        [FailureKind.CUDA_OOM, FailureKind.HOST_OOM] if ns.kind == "all" else [FailureKind(ns.kind)]
+    )
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        steps = plan(kind, job.knobs, cfg)
+        out[kind.value] = [
+            {
+                "rung": s.rung,
+                "knobs": s.knobs.as_dict(),
+                "global_batch": s.global_batch,
+                "new_phase": s.new_phase,
+                "caveats": list(s.caveats),
+            }
+            for s in steps
+        ]
+        if ns.json:
+            continue
+        print(f"On repeated {kind}: ({len(steps) - 1} rungs, then give up)")
+        header = (f"{'step':>4}  {'rung':<24}{'micro':>6}{'accum':>6}{'global':>7}"
+                  f"{'max_len':>8}{'zero':>5}  {'offload':<10}{'gc':<4}{'lora':<5}"
+                  f"{'workers':>7} {'pin':<5} phase")  # fmt: skip
+        print(header)
+        phase = 1
+        for i, s in enumerate(steps):
+            k = s.knobs
+            phase += 1 if s.new_phase else 0
+            print(
+                f"{i:>4}  {s.rung or '(start)':<24}{k.micro_batch_size:>6}"
+                f"{k.gradient_accumulation_steps:>6}{s.global_batch:>7}"
+                f"{k.max_length if k.max_length is not None else '-':>8}"
+                f"{k.zero_stage if k.zero_stage is not None else '-':>5}  {k.offload.value:<10}"
+                f"{'on' if k.gradient_checkpointing else 'off':<4}"
+                f"{'on' if k.lora else 'off':<5}{k.dataloader_workers:>7} "
+                f"{'on' if k.pin_memory else 'off':<5} {phase}{' NEW' if s.new_phase else ''}"
+            )
+        print()
+    if ns.json:
+        print(json.dumps(out, indent=2))
+    return EXIT_OK
+
+
+def cmd_explain(ns: argparse.Namespace) -> int:
+    from dsguard.core.classify import classify_text, decode_exit
+    from dsguard.core.ladder import is_recoverable
+
+    try:
+        text = Path(ns.file).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        print(f"dsguard explain: {ns.file}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    failure = classify_text(text, ns.exit_code)
+    if failure is None:
+        result: dict[str, Any] = {
+            "kind": None, "recoverable": None, "rank": None, "evidence": [],
+            "exit_code": ns.exit_code, "signal": decode_exit(ns.exit_code).signal,
+            "verdict": "success (exit code 0)",
+        }  # fmt: skip
+    else:
+        result = {
+            "kind": failure.kind.value,
+            "recoverable": is_recoverable(failure.kind),
+            "rank": failure.rank,
+            "evidence": list(failure.evidence),
+            "exit_code": failure.exit.raw,
+            "signal": failure.exit.signal,
+        }
+    if ns.json:
+        print(json.dumps(result))
+        return EXIT_OK
+    if failure is None:
+        print("kind: none (exit code 0: success)")
+        return EXIT_OK
+    print(f"kind: {result['kind']}")
+    print(f"recoverable: {'yes' if result['recoverable'] else 'no'}")
+    print(f"rank: {result['rank'] if result['rank'] is not None else 'unknown'}")
+    if result["signal"] is not None:
+        print(f"exit: {result['exit_code']} (signal {result['signal']})")
+    print("evidence:")
+    for line in result["evidence"]:
+        print(f"  {line}")
+    return EXIT_OK
+
+
+def _log_dir_of(target: str) -> Path:
+    p = Path(target)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        return _load(target).log_dir
+    return p
+
+
+def _events_path(target: str) -> Path:
+    p = Path(target)
+    if p.is_file() and p.suffix not in (".yaml", ".yml"):
+        return p
+    return _log_dir_of(target) / "events.jsonl"
+
+
+def cmd_events(ns: argparse.Namespace) -> int:
+    from dsguard.run.events import human_line, read_events
+
+    try:
+        path = _events_path(ns.target)
+    except JobFileError as err:
+        return _print_problems(err)
+    if not ns.follow and not path.is_file():
+        print(f"dsguard events: {path}: no event log", file=sys.stderr)
+        return EXIT_USAGE
+    wanted = set(ns.event or [])
+    if ns.follow:
+        from dsguard.run.follow import follow
+
+        source: Iterable[dict[str, Any]] = follow(path)
+    else:
+        source = read_events(path)
+    try:
+        for ev in source:
+            if wanted and ev.get("event") not in wanted:
+                continue
+            if ns.attempt is not None and ev.get("attempt") != ns.attempt:
+                continue
+            if ns.run is not None and ev.get("run_id") != ns.run:
+                continue
+            print(json.dumps(ev) if ns.json else human_line(ev), flush=ns.follow)
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+def cmd_doctor(ns: argparse.Namespace) -> int:
+    from dsguard.cli.doctor import collect, exit_code, render_table
+
+    job: Job | None = None
+    if ns.job:
+        try:
+            job = _load(ns.job)
+        except JobFileError as err:
+            return _print_problems(err)
+    report = collect(job, python=ns.python)
+    print(json.dumps(report.as_dict(), indent=2) if ns.json else render_table(report))
+    return exit_code(report)
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    from dsguard.cli.status import collect, render, status_exit_code
+
+    try:
+        log_dir = _log_dir_of(ns.target)
+    except JobFileError as err:
+        return _print_problems(err)
+    d = collect(log_dir)
+    print(render(d, as_json=True if ns.json else None))
+    return status_exit_code(d)
+
+
+def cmd_service_install(ns: argparse.Namespace) -> int:
+    from dsguard.cli.service import ServiceInstallError, install
+
+    try:
+        res = install(Path(ns.job), user=ns.user, run_as=ns.run_as, force=ns.force)
+    except JobFileError as err:
+        return _print_problems(err)
+    except ServiceInstallError as exc:
+        print(f"dsguard service install: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"unit: {res.unit_path} ({res.unit_action})")
+    print(f"environment: {res.env_path}")
+    if res.dropin_path is not None:
+        print(f"drop-in: {res.dropin_path}")
+    for note in res.notes:
+        print(f"note: {note}")
+    print("then run:")
+    for command in res.commands:
+        print(f"  {command}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsguard",
+        description="Self-healing supervisor for DeepSpeed / transformers training.",
+    )
+    parser.add_argument("--version", action="version", version=f"dsguard {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="supervise a job until it succeeds or gives up",
+        description="dsguard run JOB.yaml | dsguard run [--name N] -- deepspeed train.py ARGS",
+    )
+    run.add_argument("job", nargs="?", help="job file (YAML)")
+    # `-- COMMAND ARGS` (quick start) is split off in main() before argparse sees it.
+    run.set_defaults(command=[])
+    run.add_argument("--name", help="job name for a quick start (default: the script name)")
+    run.add_argument("--log-dir", help="log dir for a quick start (default: runs/NAME)")
+    run.add_argument("--quiet", action="store_true", help="do not mirror the child's output")
+    run.set_defaults(func=cmd_run)
+
+    val = sub.add_parser("validate", help="check a job file; launch nothing")
+    val.add_argument("job")
+    val.add_argument(
+        "--deep", action="store_true",
+        help="also check every config the ladder can render with DeepSpeed's own classes, "
+        "in the training environment",
+    )  # fmt: skip
+    val.set_defaults(func=cmd_validate)
+
+    pl = sub.add_parser("plan", help="print the ladder this job would walk")
+    pl.add_argument("job")
+    pl.add_argument("--kind", choices=["cuda_oom", "host_oom", "all"], default="all")
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(func=cmd_plan)
+
+    ex = sub.add_parser("explain", help="classify a saved training log")
+    ex.add_argument("file")
+    ex.add_argument(
+        "--exit-code", type=int, default=None,
+        help="exit status as the shell or launcher reported it (-9, 137 and 247 are SIGKILL)",
+    )  # fmt: skip
+    ex.add_argument("--json", action="store_true")
+    ex.set_defaults(func=cmd_explain)
+
+    evp = sub.add_parser("events", help="pretty-print / filter an event log")
+    evp.add_argument("target", help="log dir, events.jsonl, or job file")
+    evp.add_argument("--event", action="append", help="only this event (repeatable)")
+    evp.add_argument("--attempt", type=int)
+    evp.add_argument("--run", help="only this run_id")
+    evp.add_argument("--json", action="store_true")
+    evp.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    evp.set_defaults(func=cmd_events)
+
+    doc = sub.add_parser(
+        "doctor",
+        help="check the training environment (torch/CUDA/nvcc, DeepSpeed ops, GPUs, memory, "
+        "/dev/shm, disk)",
+        description="Exit 1 when any check is a blocker; each blocker comes with its fix.",
+    )
+    doc.add_argument("job", nargs="?", help="job file (its interpreter and checkpoint dir)")
+    doc.add_argument("--python", help="interpreter of the training environment")
+    doc.add_argument("--json", action="store_true")
+    doc.set_defaults(func=cmd_doctor)
+
+    st = sub.add_parser(
+        "status",
+        help="state, attempt, knobs, progress, GPU memory of a job",
+        description="Exit 0: dsguard is running; 3: not running; 4: no state found.",
+    )
+    st.add_argument("target", help="log dir or job file")
+    st.add_argument("--json", action="store_true", help="JSON even on a terminal")
+    st.set_defaults(func=cmd_status)
+
+    svc = sub.add_parser("service", help="systemd integration")
+    svc_sub = svc.add_subparsers(dest="service_cmd", required=True)
+    inst = svc_sub.add_parser("install", help="write the unit and the job's environment file")
+    inst.add_argument("job")
+    inst.add_argument("--user", action="store_true", help="user manager (~/.config/systemd)")
+    inst.add_argument("--run-as", help="system install: run the job as this user")
+    inst.add_argument("--force", action="store_true", help="replace a different existing unit")
+    inst.set_defaults(func=cmd_service_install)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = list(sys.argv[1:] if argv is None else argv)
+    # `dsguard run -- cmd ...`: argparse would take the first word of cmd as the job file.
+    if len(args) >= 2 and args[0] == "run" and "--" in args:
+        i = args.index("--")
+        ns = parser.parse_args(args[:i])
+        ns.command = args[i + 1 :]
+    else:
+        ns = parser.parse_args(args)
+    try:
+        result: int = ns.func(ns)
+    except Exception:  # a dsguard bug: say so, and let systemd restart us (not exit 1)
+        traceback.print_exc()
+        print("dsguard: internal error (a bug); state.json lets a restart recover",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INTERNAL_ERROR
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

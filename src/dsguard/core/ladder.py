@@ -1,0 +1,367 @@
+"""Decide what to do after a failed attempt (pure: no I/O, no clock, no randomness).
+
+``decide`` maps (failure kind, current knobs, ladder positions, attempt history) to either a
+:class:`Relaunch` or a :class:`GiveUp`. The run loop applies the decision; everything here is
+tested table-driven in milliseconds.
+
+Three families of failure:
+
+* memory (``cuda_oom``, ``host_oom``): walk that kind's ladder. A rung is repeated until it has
+  nothing left to give, then the next rung is tried. Relaunch at once: waiting does not make a
+  deterministic OOM fit.
+* transient (NCCL, a lone SIGKILL, a hang, a bad checkpoint, CUDA faults, unknown): retry the
+  same config a bounded number of times *without progress* (no newer checkpoint), with
+  exponential backoff that resets after a healthy uptime.
+* deterministic (build/config errors, loss-scale collapse, disk full, user code): give up at
+  once with the reason; retrying would burn the night on the same error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsguard.core.classify import FailureKind
+from dsguard.core.envfacts import EnvFacts
+from dsguard.core.remedies import GiveUp as RemedyGiveUp
+from dsguard.core.remedies import Remedy, next_remedy
+from dsguard.core.rungs import RUNGS, Move, RungContext
+from dsguard.errors import InvariantViolation
+from dsguard.job.knobs import Knobs
+from dsguard.job.model import Job, Ladder, Limits
+
+#: Which ladder each memory failure walks (keys of :class:`dsguard.job.model.Ladder`).
+LADDER_FOR: dict[FailureKind, str] = {
+    FailureKind.CUDA_OOM: "oom",
+    FailureKind.HOST_OOM: "host_oom",
+}
+
+#: Same-config retries allowed in a row without a newer checkpoint.
+RETRY_BUDGET: dict[FailureKind, int] = {
+    FailureKind.NCCL_ERROR: 2,
+    FailureKind.CUDA_FATAL: 1,
+    FailureKind.KILLED_EXTERNALLY: 1,
+    FailureKind.HANG: 3,
+    FailureKind.CHECKPOINT_ERROR: 2,
+    FailureKind.UNKNOWN: 1,
+}
+
+#: Deterministic failures: why no config change dsguard owns can fix them (today).
+GIVE_UP_ADVICE: dict[FailureKind, str] = {
+    FailureKind.DS_BUILD_ERROR: (
+        "DeepSpeed failed to build an op; fix the build environment (CUDA_HOME, compiler) or "
+        "pre-build the ops"
+    ),
+    FailureKind.DS_CONFIG_ERROR: "the DeepSpeed config is rejected; fix the config and restart",
+    FailureKind.LOSS_DIVERGENCE: (
+        "the fp16 loss scale collapsed; switch to bf16 (GPU compute capability >= 8.0) or lower "
+        "the learning rate"
+    ),
+    FailureKind.DISK_FULL: (
+        "the disk is full; free space where checkpoints go (dsguard never deletes checkpoints)"
+    ),
+    FailureKind.USER_CODE_ERROR: "the training script raised an error no config change can fix",
+}
+
+
+#: Environment failures healed by remedies (policies/remedies.py), not by knob rungs.
+REMEDY_KINDS = frozenset({FailureKind.DS_BUILD_ERROR, FailureKind.LOSS_DIVERGENCE})
+
+
+def is_recoverable(kind: FailureKind) -> bool:
+    """Whether dsguard has any healing path for this kind of failure."""
+    return kind in LADDER_FOR or kind in RETRY_BUDGET or kind in REMEDY_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class RemedyContext:
+    """What the remedy ladder needs about the failed attempt (gathered by the loop)."""
+
+    evidence_lines: tuple[str, ...]
+    applied: frozenset[str]
+    env_facts: EnvFacts
+    ds_config: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """What the policy needs to remember of a finished attempt (persisted in state.json)."""
+
+    attempt: int
+    kind: FailureKind | None  # None = the attempt succeeded
+    uptime_s: float
+    #: A newer complete checkpoint appeared during the attempt (training moved forward).
+    progressed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "kind": None if self.kind is None else self.kind.value,
+            "uptime_s": self.uptime_s,
+            "progressed": self.progressed,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AttemptRecord:
+        kind = d.get("kind")
+        return cls(
+            attempt=int(d["attempt"]),
+            kind=None if kind is None else FailureKind(kind),
+            uptime_s=float(d["uptime_s"]),
+            progressed=bool(d["progressed"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    ladder: Ladder
+    limits: Limits
+    ctx: RungContext
+    world_size: int
+
+    @classmethod
+    def from_job(cls, job: Job) -> PolicyConfig:
+        ckpt = job.checkpoints
+        can_redirect = (
+            ckpt is not None
+            and ckpt.output_flag is not None
+            and _flag_value(job.args, ckpt.output_flag) is not None
+        )
+        return cls(
+            ladder=job.ladder,
+            limits=job.limits,
+            world_size=job.world_size,
+            ctx=RungContext(
+                min_micro_batch_size=job.limits.min_micro_batch_size,
+                min_max_length=job.limits.min_max_length,
+                flags=job.flags,
+                has_deepspeed=job.deepspeed is not None,
+                can_start_phase=can_redirect,
+            ),
+        )
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1 :]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Relaunch:
+    knobs: Knobs
+    #: The rung applied, or None for a same-config retry.
+    rung: str | None
+    changes: dict[str, list[Any]]
+    new_phase: bool
+    caveats: tuple[str, ...]
+    delay_s: float
+    positions: dict[str, int]
+    reason: str
+    #: The failure was in loading the checkpoint the attempt resumed from: set it aside.
+    quarantine_resumed_checkpoint: bool = False
+    #: An environment remedy (build error, loss-scale collapse) for every later attempt.
+    remedy: Remedy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    reason: str
+
+
+Decision = Relaunch | GiveUp
+
+
+def next_delay(history: Sequence[AttemptRecord], limits: Limits) -> float:
+    """Backoff before a same-config retry.
+
+    The streak counts the newest attempts that did not stay up ``healthy_uptime_s``; a job
+    that crashes once a day therefore never ends up waiting the maximum backoff forever.
+    """
+    streak = 0
+    for rec in reversed(history):
+        if rec.uptime_s >= limits.healthy_uptime_s:
+            break
+        streak += 1
+    if streak == 0:
+        return 0.0
+    return float(min(limits.backoff_max_s, limits.backoff_first_s * 2 ** (streak - 1)))
+
+
+def _failures_since_progress(history: Sequence[AttemptRecord], kind: FailureKind) -> int:
+    """Failures of ``kind`` in a row, newest first, back to the last attempt that progressed.
+
+    An attempt that wrote a newer checkpoint and then failed still counts (its failure came
+    after the progress); anything older does not.
+    """
+    n = 0
+    for rec in reversed(history):
+        if rec.kind is not kind:
+            break
+        n += 1
+        if rec.progressed:
+            break
+    return n
+
+
+def walk(
+    rungs: Sequence[str], start: int, knobs: Knobs, ctx: RungContext
+) -> tuple[int, Move] | None:
+    """First rung at or after ``start`` that still has something to give."""
+    for i in range(start, len(rungs)):
+        move = RUNGS[rungs[i]](knobs, ctx)
+        if move is not None:
+            return i, move
+    return None
+
+
+def _check_invariant(old: Knobs, new: Knobs, world_size: int) -> None:
+    if old.global_batch(world_size) != new.global_batch(world_size):
+        raise InvariantViolation(
+            f"global batch changed {old.global_batch(world_size)} -> "
+            f"{new.global_batch(world_size)} ({old.diff(new)})"
+        )
+
+
+def decide(
+    kind: FailureKind,
+    *,
+    knobs: Knobs,
+    positions: Mapping[str, int],
+    history: Sequence[AttemptRecord],
+    cfg: PolicyConfig,
+    remedy_ctx: RemedyContext | None = None,
+) -> Decision:
+    """What to do after an attempt failed with ``kind``.
+
+    Args:
+        kind: the classified root cause of the attempt that just ended.
+        knobs: the knobs that attempt ran with.
+        positions: ladder name -> index of the rung currently being applied.
+        history: every finished attempt of this run, the one that just failed last.
+        cfg: the job's ladders, limits and rung context.
+        remedy_ctx: facts for build-error / loss-scale remedies; without it those kinds give
+            up with advice.
+    """
+    attempts_done = len(history)
+    if attempts_done >= cfg.limits.max_attempts:
+        return GiveUp(f"max_attempts ({cfg.limits.max_attempts}) reached; last failure: {kind}")
+
+    ladder_name = LADDER_FOR.get(kind)
+    if ladder_name is not None:
+        rungs: tuple[str, ...] = getattr(cfg.ladder, ladder_name)
+        found = walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx)
+        if found is None:
+            return GiveUp(
+                f"{kind}: the {ladder_name} ladder is exhausted "
+                f"({', '.join(rungs) or 'no rungs'}) at {knobs.as_dict()}"
+            )
+        index, move = found
+        _check_invariant(knobs, move.knobs, cfg.world_size)
+        new_positions = dict(positions)
+        new_positions[ladder_name] = index
+        return Relaunch(
+            knobs=move.knobs,
+            rung=rungs[index],
+            changes=knobs.diff(move.knobs),
+            new_phase=move.new_phase,
+            caveats=move.caveats,
+            delay_s=0.0,
+            positions=new_positions,
+            reason=f"{kind}: applying rung {rungs[index]}",
+        )
+
+    if kind in REMEDY_KINDS and remedy_ctx is not None:
+        found_remedy = next_remedy(
+            kind, remedy_ctx.evidence_lines, remedy_ctx.applied, remedy_ctx.env_facts,
+            ds_config=remedy_ctx.ds_config,
+        )  # fmt: skip
+        if isinstance(found_remedy, RemedyGiveUp):
+            return GiveUp(f"{kind}: {found_remedy.reason}")
+        if found_remedy.new_phase and not cfg.ctx.can_start_phase:
+            return GiveUp(
+                f"{kind}: remedy {found_remedy.name} needs a new phase, and dsguard cannot give "
+                "it its own output dir (no --output_dir in args)"
+            )
+        return Relaunch(
+            knobs=knobs,
+            rung=None,
+            changes={},
+            new_phase=found_remedy.new_phase,
+            caveats=found_remedy.caveats,
+            delay_s=0.0,
+            positions=dict(positions),
+            reason=f"{kind}: remedy {found_remedy.name}: {found_remedy.reason}",
+            remedy=found_remedy,
+        )
+
+    budget = RETRY_BUDGET.get(kind)
+    if budget is not None:
+        used = _failures_since_progress(history, kind)
+        if used > budget:
+            return GiveUp(
+                f"{kind} {used} times in a row without a new checkpoint (retry budget {budget})"
+            )
+        return Relaunch(
+            knobs=knobs,
+            rung=None,
+            changes={},
+            new_phase=False,
+            caveats=(),
+            delay_s=next_delay(history, cfg.limits),
+            positions=dict(positions),
+            reason=f"{kind}: retry {used} of {budget} at the same config",
+            quarantine_resumed_checkpoint=kind is FailureKind.CHECKPOINT_ERROR,
+        )
+
+    return GiveUp(f"{kind}: {GIVE_UP_ADVICE.get(kind, 'not recoverable')}")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    rung: str | None
+    knobs: Knobs
+    global_batch: int
+    new_phase: bool
+    caveats: tuple[str, ...] = field(default=())
+
+
+def plan(kind: FailureKind, knobs: Knobs, cfg: PolicyConfig) -> list[PlanStep]:
+    """The rungs dsguard would walk if every attempt failed with ``kind`` (``dsguard plan``).
+
+    Uses ``decide`` itself, so the plan cannot drift from what the run loop does; max_attempts
+    is ignored here (the plan shows the whole ladder).
+    """
+    steps = [PlanStep(None, knobs, knobs.global_batch(cfg.world_size), False)]
+    positions: dict[str, int] = {}
+    unbounded = PolicyConfig(
+        ladder=cfg.ladder,
+        limits=_replace_limits(cfg.limits, max_attempts=1 << 30),
+        ctx=cfg.ctx,
+        world_size=cfg.world_size,
+    )
+    for _ in range(256):  # every rung is finite; the bound only guards against a bug
+        decision = decide(kind, knobs=knobs, positions=positions, history=(), cfg=unbounded)
+        if not isinstance(decision, Relaunch) or decision.rung is None:
+            break
+        knobs, positions = decision.knobs, decision.positions
+        steps.append(
+            PlanStep(
+                decision.rung,
+                knobs,
+                knobs.global_batch(cfg.world_size),
+                decision.new_phase,
+                decision.caveats,
+            )
+        )
+    return steps
+
+
+def _replace_limits(limits: Limits, **changes: Any) -> Limits:
+    import dataclasses
+
+    return dataclasses.replace(limits, **changes)

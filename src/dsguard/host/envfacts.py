@@ -1,0 +1,534 @@
+"""What the training environment can build and run with: torch's CUDA, toolkits, GPU capability.
+
+Why this module exists: the remedies for ``ds_build_error`` and ``loss_divergence``
+(:mod:`dsguard.core.remedies`) turn on facts the supervisor cannot read from its own
+interpreter. dsguard never imports torch and may run in another environment than the
+training script, so each fact is taken where it lives:
+
+* **torch's version and ``torch.version.cuda``** come from the *training* interpreter, in a
+  subprocess with the attempt's environment. The same subprocess reports
+  ``torch.utils.cpp_extension.CUDA_HOME`` (the toolkit torch and DeepSpeed's JIT builder will
+  really use: ``CUDA_HOME``, else ``CUDA_PATH``, else ``nvcc`` on PATH, else
+  ``/usr/local/cuda``) and the torch-extensions build root. Importing torch takes seconds, so
+  the answer is cached per (interpreter, relevant environment) for the life of the process,
+  i.e. per ``dsguard run``.
+* **CUDA toolkits** are found on disk: ``CUDA_HOME``/``CUDA_PATH``, ``nvcc`` on PATH, the
+  training interpreter's prefix (conda's ``cuda-nvcc``), ``/usr/local/cuda*`` and
+  ``/opt/cuda*``. The version is ``nvcc --version``'s ``release X.Y`` when nvcc runs, else
+  ``version.json`` (CUDA >= 11.1) or ``version.txt`` (older).
+* **GPU compute capabilities** come from NVML (``nvmlDeviceGetCudaComputeCapability``).
+
+Failure modes, and why each answer is shaped as it is:
+
+* The torch probe fails (a wrong ``python:``, torch not importable, a hang): the torch fields
+  are None and ``torch_error`` says why. Nothing that depends on torch's CUDA version is then
+  guessed.
+* No NVIDIA driver, no NVML library, a wedged GPU: ``gpus`` is None with ``gpu_error``. Unknown
+  is never reported as "no GPU" or as "capability < 8.0": the bf16 remedy must not be refused
+  (or granted) on a measurement that never happened.
+* A toolkit directory without a runnable ``nvcc`` (a runtime-only install; many containers
+  ship ``/usr/local/cuda`` with libraries only): reported with ``has_nvcc=False`` and never
+  offered as ``CUDA_HOME``; DeepSpeed would fail with ``MissingCUDAException: Unable to run
+  .../bin/nvcc``.
+* ``nvcc`` that hangs (an NFS mount gone away): bounded by a timeout, then the version files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import importlib
+import json
+import os
+import re
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dsguard.core.envfacts import EnvFacts, GpuFact, Toolkit
+
+__all__ = [
+    "EnvFacts",
+    "GpuFact",
+    "Toolkit",
+    "clear_cache",
+    "detect",
+    "find_toolkits",
+    "parse_nvcc_version",
+    "parse_version_json",
+    "parse_version_txt",
+    "read_gpus",
+    "select_gpus",
+    "stale_build_locks",
+]
+
+#: Where toolkits are looked for besides CUDA_HOME / CUDA_PATH / PATH / the interpreter prefix.
+DEFAULT_TOOLKIT_GLOBS: tuple[str, ...] = ("/usr/local/cuda", "/usr/local/cuda-*", "/opt/cuda*")
+NVCC_TIMEOUT_S = 10.0
+TORCH_PROBE_TIMEOUT_S = 120.0
+NVML_TIMEOUT_S = 10.0
+
+#: Environment variables that change what the torch probe answers (the cache key).
+_PROBE_ENV_KEYS: tuple[str, ...] = (
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "PATH",
+    "TORCH_EXTENSIONS_DIR",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "XDG_CACHE_HOME",
+    "HOME",
+)
+_PROBE_MARK = "DSGUARD_ENVFACTS "
+
+
+def _opt_str(v: object) -> str | None:
+    return None if v is None else str(v)
+
+
+# -- version parsing (pure) -------------------------------------------------------------------
+
+# "Cuda compilation tools, release 12.1, V12.1.105" (every nvcc since CUDA 7). DeepSpeed's own
+# installed_cuda_version() reads the token after "release" the same way.
+_NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)(?:,\s*V(\d+(?:\.\d+)+))?")
+# version.txt of CUDA <= 11.0: "CUDA Version 10.2.89"
+_VERSION_TXT = re.compile(r"CUDA Version (\d+)\.(\d+)((?:\.\d+)*)")
+
+
+def parse_nvcc_version(text: str) -> tuple[str, str] | None:
+    """``(major.minor, full)`` from ``nvcc --version`` output, or None.
+
+    >>> parse_nvcc_version("Cuda compilation tools, release 12.1, V12.1.105")
+    ('12.1', '12.1.105')
+    """
+    m = _NVCC_RELEASE.search(text)
+    if m is None:
+        return None
+    short = f"{int(m.group(1))}.{int(m.group(2))}"
+    return short, m.group(3) or short
+
+
+def parse_version_json(text: str) -> tuple[str, str] | None:
+    """``(major.minor, full)`` from a toolkit's ``version.json`` (CUDA >= 11.1), or None.
+
+    The toolkit's own version is ``cuda.version`` ("12.2.2"); ``cuda_nvcc.version`` is the
+    compiler's ("12.2.140") and is used only when the former is missing.
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    for key in ("cuda", "cuda_nvcc", "cuda_cudart"):
+        entry = doc.get(key)
+        if isinstance(entry, dict) and isinstance(entry.get("version"), str):
+            parts = entry["version"].split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                return f"{int(parts[0])}.{int(parts[1])}", entry["version"]
+    return None
+
+
+def parse_version_txt(text: str) -> tuple[str, str] | None:
+    """``(major.minor, full)`` from ``version.txt`` ("CUDA Version 10.2.89"), or None."""
+    m = _VERSION_TXT.search(text)
+    if m is None:
+        return None
+    short = f"{int(m.group(1))}.{int(m.group(2))}"
+    return short, short + (m.group(3) or "")
+
+
+# -- toolkits (filesystem + nvcc) --------------------------------------------------------------
+
+
+def _run_nvcc(nvcc: Path, timeout_s: float) -> str | None:
+    try:
+        out = subprocess.run(
+            [str(nvcc), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout + out.stderr
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def inspect_toolkit(
+    path: str, found_via: str, *, nvcc_timeout_s: float = NVCC_TIMEOUT_S
+) -> Toolkit:
+    """The version of the toolkit at ``path``: ``nvcc --version``, else its version files."""
+    root = Path(path)
+    has_nvcc = False
+    parsed: tuple[str, str] | None = None
+    source = "unknown"
+    nvcc = root / "bin" / "nvcc"
+    if nvcc.is_file():
+        text = _run_nvcc(nvcc, nvcc_timeout_s)
+        if text is not None:
+            parsed = parse_nvcc_version(text)
+            has_nvcc = parsed is not None
+            source = "nvcc" if parsed is not None else source
+    if parsed is None:
+        for name, parser in (
+            ("version.json", parse_version_json),
+            ("version.txt", parse_version_txt),
+        ):
+            text = _read_text(root / name)
+            if text is not None and (parsed := parser(text)) is not None:
+                source = name
+                break
+    return Toolkit(
+        path=str(root),
+        realpath=os.path.realpath(root),
+        version=None if parsed is None else parsed[0],
+        full_version=None if parsed is None else parsed[1],
+        version_source=source,
+        has_nvcc=has_nvcc,
+        has_headers=(root / "include" / "cuda_runtime.h").is_file()
+        or bool(glob.glob(str(root / "targets" / "*" / "include" / "cuda_runtime.h"))),
+        found_via=found_via,
+    )
+
+
+def _which(name: str, path_var: str | None) -> str | None:
+    for d in (path_var or "").split(os.pathsep):
+        if not d:
+            continue
+        cand = Path(d) / name
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return None
+
+
+def _looks_like_toolkit(path: Path) -> bool:
+    return (
+        (path / "bin" / "nvcc").is_file()
+        or (path / "version.json").is_file()
+        or (path / "version.txt").is_file()
+    )
+
+
+def find_toolkits(
+    env: Mapping[str, str],
+    *,
+    python: str | None = None,
+    search_globs: Sequence[str] = DEFAULT_TOOLKIT_GLOBS,
+    nvcc_timeout_s: float = NVCC_TIMEOUT_S,
+) -> tuple[Toolkit, ...]:
+    """Every CUDA toolkit findable from ``env``, deduplicated by real path, in priority order.
+
+    Order: ``CUDA_HOME``, ``CUDA_PATH``, ``nvcc`` on ``PATH``, the training interpreter's prefix
+    (conda installs ``nvcc`` next to ``python``), then ``search_globs`` (sorted). A symlink
+    such as ``/usr/local/cuda -> cuda-12.1`` is listed once, under the first name seen.
+    """
+    candidates: list[tuple[str, str]] = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        value = env.get(var)
+        if value:
+            candidates.append((value, var))
+    nvcc = _which("nvcc", env.get("PATH"))
+    if nvcc is not None:
+        candidates.append((str(Path(nvcc).parent.parent), "PATH"))
+    if python:
+        prefix = Path(python).parent.parent
+        if (prefix / "bin" / "nvcc").is_file():
+            candidates.append((str(prefix), "python-prefix"))
+    for pattern in search_globs:
+        for hit in sorted(glob.glob(pattern)):
+            candidates.append((hit, "search"))
+
+    seen: set[str] = set()
+    out: list[Toolkit] = []
+    for path, via in candidates:
+        p = Path(path)
+        if not p.is_dir() or not _looks_like_toolkit(p):
+            continue
+        real = os.path.realpath(p)
+        if real in seen:
+            continue
+        seen.add(real)
+        out.append(inspect_toolkit(str(p), via, nvcc_timeout_s=nvcc_timeout_s))
+    return tuple(out)
+
+
+# -- torch, from the training interpreter -------------------------------------------------------
+
+#: Runs in the training interpreter (by path: the supervisor never imports torch).
+_PROBE_FILE = Path(__file__).resolve().parent.parent / "probes" / "torch_facts.py"
+
+_probe_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
+_probe_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget cached torch probes (a new run, or a test that changed the environment)."""
+    with _probe_lock:
+        _probe_cache.clear()
+
+
+def _probe_torch(python: str, env: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
+    key = (python, tuple((k, env[k]) for k in _PROBE_ENV_KEYS if k in env))
+    with _probe_lock:
+        cached = _probe_cache.get(key)
+    if cached is not None:
+        return cached
+    try:
+        proc = subprocess.run(
+            [python, str(_PROBE_FILE)],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"{python} did not answer within {timeout_s:g} s (importing torch)"}
+    except OSError as exc:
+        return {"error": f"cannot run {python}: {exc.strerror or exc}"}
+    line = next(
+        (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(_PROBE_MARK)), None
+    )
+    if line is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"{python} exited {proc.returncode}: {tail}"}
+    try:
+        result: dict[str, Any] = json.loads(line[len(_PROBE_MARK) :])
+    except ValueError:
+        return {"error": f"unreadable probe answer from {python}"}
+    with _probe_lock:
+        _probe_cache[key] = result  # only answers are cached: a timeout may be transient
+    return result
+
+
+# -- GPUs, from NVML -------------------------------------------------------------------------
+
+
+def select_gpus(
+    devices: Sequence[GpuFact],
+    *,
+    gpus: Sequence[int] | None,
+    visible: str | None,
+    pci_order: bool,
+) -> tuple[tuple[GpuFact, ...], str | None]:
+    """The devices a job uses, conservatively. Returns (devices, note).
+
+    ``gpus`` (the job's physical indices) wins over ``visible`` (``CUDA_VISIBLE_DEVICES``:
+    indices or ``GPU-`` UUIDs). NVML numbers devices in PCI bus order; CUDA numbers them
+    fastest-first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. On a box whose GPUs differ in
+    compute capability an index could therefore name another device, so there (and for any
+    entry that cannot be resolved, e.g. ``MIG-`` UUIDs) every device counts: a question like
+    "are all used GPUs >= 8.0" is then answered for the weakest GPU, never for a guess.
+    """
+    everything = tuple(devices)
+    if gpus is not None:
+        wanted: list[str] = [str(g) for g in gpus]
+    elif visible is not None and visible.strip() != "":
+        wanted = [w.strip() for w in visible.split(",") if w.strip()]
+    else:
+        return everything, None
+    caps = {d.capability for d in everything}
+    by_index = {str(d.index): d for d in everything}
+    by_uuid = {d.uuid: d for d in everything if d.uuid}
+    chosen: list[GpuFact] = []
+    for w in wanted:
+        if w in by_uuid:
+            chosen.append(by_uuid[w])
+        elif w.isdigit() and w in by_index:
+            if not pci_order and len(caps) > 1:
+                return everything, (
+                    f"device {w} is a CUDA index and CUDA_DEVICE_ORDER is not PCI_BUS_ID on a "
+                    "host with mixed GPUs: every GPU counts"
+                )
+            chosen.append(by_index[w])
+        elif w == "-1" or w.upper() == "NONE":
+            return (), None
+        else:
+            return everything, f"cannot resolve visible device {w!r}: every GPU counts"
+    return tuple(dict.fromkeys(chosen)), None
+
+
+def read_gpus(
+    nvml: Any | None = None, *, timeout_s: float = NVML_TIMEOUT_S
+) -> tuple[tuple[GpuFact, ...] | None, str | None]:
+    """Every GPU NVML sees with its compute capability, or (None, why) when unknown.
+
+    The query runs on a helper thread: a wedged GPU can block NVML indefinitely and the
+    caller is the run loop.
+    """
+    box: list[tuple[tuple[GpuFact, ...] | None, str | None]] = []
+
+    def work() -> None:
+        box.append(_read_gpus(nvml))
+
+    t = threading.Thread(target=work, name="dsguard-envfacts-nvml", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if not box:
+        return None, f"NVML did not answer within {timeout_s:g} s (a wedged GPU?)"
+    return box[0]
+
+
+def _text(v: object) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def _read_gpus(nvml: Any | None) -> tuple[tuple[GpuFact, ...] | None, str | None]:
+    try:
+        mod = nvml if nvml is not None else importlib.import_module("pynvml")
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) is not installed"
+    err = getattr(mod, "NVMLError", Exception)
+    try:
+        mod.nvmlInit()
+    except err as exc:
+        return None, f"NVML unavailable: {_text(exc)}"
+    try:
+        try:
+            count = int(mod.nvmlDeviceGetCount())
+        except err as exc:
+            return None, f"NVML device count failed: {_text(exc)}"
+        out: list[GpuFact] = []
+        for i in range(count):
+            try:
+                handle = mod.nvmlDeviceGetHandleByIndex(i)
+            except err:
+                out.append(GpuFact(i, None, None, None))
+                continue
+            name = uuid = None
+            cap: tuple[int, int] | None = None
+            with contextlib.suppress(err):
+                name = _text(mod.nvmlDeviceGetName(handle))
+            with contextlib.suppress(err):
+                uuid = _text(mod.nvmlDeviceGetUUID(handle))
+            with contextlib.suppress(err):
+                major, minor = mod.nvmlDeviceGetCudaComputeCapability(handle)
+                cap = (int(major), int(minor))
+            out.append(GpuFact(i, uuid, name, cap))
+        return tuple(out), None
+    finally:
+        with contextlib.suppress(err):
+            mod.nvmlShutdown()
+
+
+# -- torch-extension build locks ---------------------------------------------------------------
+
+
+def stale_build_locks(ext_dir: str | Path, *, proc: str | Path = "/proc") -> list[Path]:
+    """``<ext_dir>/<op>/lock`` files that no live process holds open.
+
+    torch's JIT build (``cpp_extension._jit_compile``) takes a ``FileBaton``: it creates
+    ``lock`` with O_EXCL, keeps the fd open while ninja runs, and removes it when done. A
+    process killed in between (dsguard's own SIGKILL of an attempt after a fatal line, the OOM
+    killer, a user's kill -9) leaves the file behind, and every later process that loads *any*
+    build of that op, even an up-to-date one, waits on it forever with no output: the next
+    attempt looks like a hang. A lock is stale only when every process's fds could be read
+    and none points at it; a process whose fds cannot be read (another user's) makes the
+    answer "maybe held", and the lock is not reported.
+    """
+    root = Path(ext_dir)
+    try:
+        locks = [p for p in root.glob("*/lock") if p.is_file()]
+    except OSError:
+        return []
+    if not locks:
+        return []
+    wanted = {os.path.realpath(p): p for p in locks}
+    held: set[str] = set()
+    try:
+        pids = [e.name for e in os.scandir(proc) if e.name.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            fds = os.scandir(Path(proc) / pid / "fd")
+        except FileNotFoundError:
+            continue  # exited meanwhile
+        except OSError:
+            return []  # cannot see this process's fds: any lock may be its
+        with fds:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd.path)
+                    if target in wanted:
+                        held.add(target)
+    return sorted(p for real, p in wanted.items() if real not in held)
+
+
+# -- all together ------------------------------------------------------------------------------
+
+
+def detect(
+    python: str,
+    *,
+    env: Mapping[str, str],
+    gpus: Sequence[int] | None = None,
+    search_globs: Sequence[str] = DEFAULT_TOOLKIT_GLOBS,
+    nvml: Any | None = None,
+    read_gpu: Callable[[], tuple[tuple[GpuFact, ...] | None, str | None]] | None = None,
+    torch_timeout_s: float = TORCH_PROBE_TIMEOUT_S,
+) -> EnvFacts:
+    """Facts about the environment ``python`` trains in, with the attempt's ``env``.
+
+    Args:
+        python: the training interpreter (``job.python``).
+        env: the environment an attempt gets (dsguard's, the job's ``env:``, applied remedies).
+        gpus: the job's GPU indices (``job.gpus``); None: ``CUDA_VISIBLE_DEVICES`` or all.
+        search_globs: toolkit locations besides the environment's (tests point these at tmp).
+        nvml / read_gpu: NVML module or a replacement reader (tests; default ``pynvml``).
+
+    Takes up to a few seconds on the first call (importing torch in ``python``); the torch part
+    is cached per (interpreter, relevant environment), so later calls of the run are cheap.
+    Never raises for an unusable environment: every unknown comes back with its reason.
+    """
+    notes: list[str] = []
+    probe = _probe_torch(python, env, torch_timeout_s)
+    torch_error = probe.get("error")
+    if probe.get("cpp_extension_error"):
+        notes.append(f"torch.utils.cpp_extension: {probe['cpp_extension_error']}")
+    toolkits = find_toolkits(env, python=python, search_globs=search_globs)
+    if read_gpu is not None:
+        devices, gpu_error = read_gpu()
+    else:
+        devices, gpu_error = read_gpus(nvml)
+    used: tuple[GpuFact, ...] | None = None
+    if devices is not None:
+        used, note = select_gpus(
+            devices,
+            gpus=gpus,
+            visible=env.get("CUDA_VISIBLE_DEVICES"),
+            pci_order=env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID",
+        )
+        if note:
+            notes.append(note)
+    return EnvFacts(
+        python=python,
+        torch_version=_opt_str(probe.get("torch_version")),
+        torch_cuda=_opt_str(probe.get("cuda")),
+        torch_hip=_opt_str(probe.get("hip")),
+        torch_error=None if torch_error is None else str(torch_error),
+        cuda_home=_opt_str(probe.get("cuda_home")),
+        torch_extensions_dir=_opt_str(probe.get("torch_extensions_dir")),
+        deepspeed_version=_opt_str(probe.get("deepspeed")),
+        toolkits=toolkits,
+        gpus=used,
+        gpu_error=gpu_error,
+        ds_skip_cuda_check=env.get("DS_SKIP_CUDA_CHECK", "0") == "1",
+        notes=tuple(notes),
+    )

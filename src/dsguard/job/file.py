@@ -1,0 +1,1532 @@
+"""Job file (YAML) and quick-start command line -> :class:`dsguard.job.model.Job`.
+
+This is the only module that sees YAML and relative paths. Its contract with the
+user: a bad job file is refused before anything launches, and *every* problem is reported at
+once as ``FILE:LINE: field: what is wrong``. A supervisor that finds the third typo only after
+the first two restarts wastes GPU hours, so validation never stops at the first error.
+
+How positions are found: the shape check (:mod:`dsguard.job.schema`) sees plain Python
+values, so the text is parsed twice. The composed node tree (``yaml.compose``) keeps
+``start_mark`` for every key and value; a shape error's ``loc`` is walked through that tree to
+the offending key. Checks a shape cannot express (files exist, cross-field rules, flags
+dsguard owns) run afterwards over whatever parts validated, using the same locator.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar, get_args
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from dsguard.errors import JobFileError, Problem
+from dsguard.job.knobs import DEFAULT_FLAGS, FLAG_KNOBS, KNOB_NAMES, Knobs, Offload
+from dsguard.job.model import (
+    ALL_RUNGS,
+    CheckpointSpec,
+    DeepSpeedSpec,
+    Job,
+    Ladder,
+    LauncherKind,
+    Limits,
+    Resources,
+)
+from dsguard.job.schema import (
+    Bool,
+    Float,
+    Int,
+    IntOrStr,
+    ListOf,
+    OneOf,
+    Section,
+    ShapeError,
+    Str,
+    StrMap,
+    spec,
+)
+
+__all__ = ["NAME_PATTERN", "job_file_schema", "job_from_command", "load_job"]
+
+#: Job names become a directory name and a systemd instance name (``dsguard@NAME``), so
+#: they must be safe in both without escaping.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_NAME_RE = re.compile(NAME_PATTERN)
+#: What a command-line flag must look like for dsguard to add, find and remove it reliably.
+_FLAG_RE = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+#: Field used for problems about the document as a whole (unreadable, not YAML, not a mapping).
+DOCUMENT = "(document)"
+
+# HF Trainer defaults for the knobs a quick-start command line does not set
+# (TrainingArguments.per_device_train_batch_size / gradient_accumulation_steps).
+_HF_MICRO_BATCH_DEFAULT = 8
+_HF_ACCUMULATION_DEFAULT = 1
+_DEEPSPEED_FLAG = "--deepspeed"
+_RESUME_FLAG = "--resume_from_checkpoint"
+_OUTPUT_DIR_FLAG = "--output_dir"
+
+# HfArgumentParser's string_to_bool (transformers.hf_argparser), case-insensitive.
+_TRUE_WORDS = frozenset({"true", "t", "yes", "y", "1"})
+_FALSE_WORDS = frozenset({"false", "f", "no", "n", "0"})
+
+_BOOL_KNOBS = frozenset({"lora", "gradient_checkpointing", "pin_memory"})
+_INT_KNOB_MINIMUM = {
+    "micro_batch_size": 1,
+    "gradient_accumulation_steps": 1,
+    "max_length": 1,
+    "dataloader_workers": 0,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The shape of the file (dsguard.job.schema). Semantics live in the checks further down.
+# --------------------------------------------------------------------------------------------
+
+
+LauncherName = Literal["python", "deepspeed", "torchrun", "accelerate"]
+OffloadName = Literal["none", "optimizer", "all"]
+_LAUNCHERS: tuple[str, ...] = get_args(LauncherName)
+_OFFLOADS: tuple[str, ...] = get_args(OffloadName)
+
+
+class TrainSection(Section):
+    """``train:``. Unset optional knobs stay ``None`` so :class:`Knobs` supplies its defaults
+    (one source of truth) and so "set by the user" (``explicit_knobs``) stays observable."""
+
+    micro_batch_size: int = spec(Int(ge=1))
+    gradient_accumulation_steps: int | None = spec(Int(ge=1), None)
+    max_length: int | None = spec(Int(ge=1), None)
+    zero_stage: int | None = spec(Int(ge=0, le=3), None)
+    offload: OffloadName | None = spec(OneOf(_OFFLOADS), None)
+    lora: bool | None = spec(Bool(), None)
+    gradient_checkpointing: bool | None = spec(Bool(), None)
+    dataloader_workers: int | None = spec(Int(ge=0), None)
+    pin_memory: bool | None = spec(Bool(), None)
+
+
+class FlagsSection(Section):
+    """``flags:``. An absent key keeps the HF default; ``null`` means never pass that knob
+    (``fields_set`` tells the two apart). Must list exactly ``knobs.FLAG_KNOBS``."""
+
+    micro_batch_size: str | None = spec(Str(), None)
+    gradient_accumulation_steps: str | None = spec(Str(), None)
+    max_length: str | None = spec(Str(), None)
+    lora: str | None = spec(Str(), None)
+    gradient_checkpointing: str | None = spec(Str(), None)
+    dataloader_workers: str | None = spec(Str(), None)
+    pin_memory: str | None = spec(Str(), None)
+
+
+class DeepSpeedSection(Section):
+    config: str = spec(Str())
+    flag: str | None = spec(Str(), None)  # absent -> DeepSpeedSpec's default; null -> never passed
+
+
+class CheckpointsSection(Section):
+    dir: str = spec(Str())
+    resume_flag: str | None = spec(Str(), None)  # absent -> CheckpointSpec's default; null -> never
+    output_flag: str | None = spec(Str(), None)  # absent -> CheckpointSpec's default; null -> kept
+    resume_at_start: bool | None = spec(Bool(), None)
+
+
+class LadderSection(Section):
+    oom: list[str] | None = spec(ListOf(Str()), None)
+    host_oom: list[str] | None = spec(ListOf(Str()), None)
+
+
+class LimitsSection(Section):
+    min_micro_batch_size: int | None = spec(Int(ge=1), None)
+    min_max_length: int | None = spec(Int(ge=1), None)
+    max_attempts: int | None = spec(Int(ge=1), None)
+    backoff_s: list[float] | None = spec(ListOf(Float(ge=0), min_length=2, max_length=2), None)
+    healthy_uptime_s: float | None = spec(Float(ge=0), None)
+    stop_grace_s: float | None = spec(Float(ge=0), None)
+    fatal_grace_s: float | None = spec(Float(ge=0), None)
+    hang_timeout_s: float | None = spec(Float(gt=0), None)
+    stop_save_timeout_s: float | None = spec(Float(ge=0), None)
+
+
+class ResourcesSection(Section):
+    gpu_memory_fraction: float | None = spec(Float(gt=0, le=1), None)
+    #: Bytes, or a size such as "6GiB", "800MiB", "1.5G".
+    host_memory_limit: int | str | None = spec(IntOrStr(), None)
+
+
+class _TopSection(Section):
+    """The top-level scalars; the sections are validated one by one (see :func:`_validate`)."""
+
+    name: str = spec(Str(pattern=NAME_PATTERN))
+    workdir: str = spec(Str(), ".", nullable=False)
+    launcher: LauncherName = spec(OneOf(_LAUNCHERS), "python", nullable=False)
+    script: str | None = spec(Str(), None)
+    module: str | None = spec(Str(), None)
+    args: list[str] = spec(ListOf(Str()), [], nullable=False)
+    python: str | None = spec(Str(), None)
+    gpus: list[int] | None = spec(ListOf(Int(ge=0)), None)
+    world_size: int | None = spec(Int(ge=1), None)
+    env: dict[str, str] = spec(StrMap(), {}, nullable=False)
+    log_dir: str | None = spec(Str(), None)
+
+
+_SECTIONS: dict[str, type[Section]] = {
+    "train": TrainSection,
+    "flags": FlagsSection,
+    "deepspeed": DeepSpeedSection,
+    "checkpoints": CheckpointsSection,
+    "ladder": LadderSection,
+    "limits": LimitsSection,
+    "resources": ResourcesSection,
+}
+#: Sections (and lists/maps) where an empty ``key:`` (YAML null) just means "not given":
+#: templates often keep the key with every entry commented out.
+_NULL_MEANS_ABSENT = frozenset({"args", "env", "flags", "ladder", "limits", "resources"})
+#: Stand-ins for required fields that failed validation, so that the remaining checks still
+#: run; the field is remembered as bad and checks that read it are skipped.
+_FALLBACKS: dict[str, dict[str, Any]] = {
+    "": {"name": "job"},
+    "train": {"micro_batch_size": 1},
+    "deepspeed": {"config": ""},
+    "checkpoints": {"dir": "."},
+}
+#: Extra hints for shape errors, by dotted field (without list indices) and error type.
+_HINTS: dict[tuple[str, str], str] = {
+    ("args", "list_type"): "write args as a YAML list, one argument per item",
+    ("args", "string_type"): "write each argument as its own list item (quote it if it "
+    "contains ': ')",
+    ("name", "string_pattern_mismatch"): "use letters, digits, '_', '.' and '-', starting with "
+    "a letter or digit (it names the state directory and the systemd instance)",
+    ("limits.backoff_s", "too_short"): "write [first, longest] in seconds",
+    ("limits.backoff_s", "too_long"): "write [first, longest] in seconds",
+    ("train.zero_stage", "less_than_equal"): "ZeRO stages are 0, 1, 2 and 3",
+    ("train.zero_stage", "greater_than_equal"): "ZeRO stages are 0, 1, 2 and 3",
+}
+
+
+#: Valid top-level keys: the scalars, then the sections.
+_TOP_KEYS: tuple[str, ...] = (*_TopSection.names(), *_SECTIONS)
+
+
+def job_file_schema() -> dict[str, Any]:
+    """JSON schema of the whole job file, for editor completion (YAML language servers)."""
+    schema = _TopSection.json_schema()
+    schema["title"] = "dsguard job file"
+    schema["required"] = [*schema.get("required", []), "train"]
+    for name, section in _SECTIONS.items():
+        schema["properties"][name] = section.json_schema()
+    return schema
+
+
+# --------------------------------------------------------------------------------------------
+# YAML positions
+# --------------------------------------------------------------------------------------------
+
+Loc = tuple[str | int, ...]
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _line(node: Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _pairs(node: MappingNode) -> list[tuple[Node, Node]]:
+    """Key/value pairs of a mapping, ``<<:`` merge sources first (own keys override them)."""
+    merged: list[tuple[Node, Node]] = []
+    own: list[tuple[Node, Node]] = []
+    for key, value in node.value:
+        if key.tag == _MERGE_TAG:
+            sources = value.value if isinstance(value, SequenceNode) else [value]
+            for source in sources:
+                if isinstance(source, MappingNode):
+                    merged.extend(_pairs(source))
+        else:
+            own.append((key, value))
+    return merged + own
+
+
+class _Locator:
+    """Maps a loc (``("train", "micro_batch_size")``, ``("args", 3)``) to a YAML line."""
+
+    def __init__(self, root: Node) -> None:
+        self.root = root
+
+    def find(self, loc: Loc) -> tuple[Node | None, int]:
+        """The node at ``loc`` and its line (for a mapping entry: the key's line). When the
+        path ends early (a missing key), ``None`` and the line of the deepest part found."""
+        node = self.root
+        line = _line(node)
+        for part in loc:
+            step = self._step(node, part)
+            if step is None:
+                return None, line
+            node, line = step
+        return node, line
+
+    def line(self, loc: Loc) -> int:
+        return self.find(loc)[1]
+
+    def dotted(self, loc: Loc) -> str:
+        """``loc`` as the user reads it: ``args[3]`` for list items, ``env.1`` for a key."""
+        out = ""
+        node: Node | None = self.root
+        for part in loc:
+            if part == "[key]":  # pydantic's marker for "the key itself is wrong"
+                continue
+            in_list = isinstance(node, SequenceNode) or (node is None and isinstance(part, int))
+            if in_list:
+                out += f"[{part}]"
+            else:
+                out += f".{part}" if out else str(part)
+            step = self._step(node, part) if node is not None else None
+            node = step[0] if step is not None else None
+        return out or DOCUMENT
+
+    @staticmethod
+    def _step(node: Node, part: str | int) -> tuple[Node, int] | None:
+        if isinstance(node, MappingNode):
+            # Reversed: with duplicate keys YAML keeps the last one, so point at that one.
+            for key, value in reversed(_pairs(node)):
+                if isinstance(key, ScalarNode) and key.value == str(part):
+                    return value, _line(key)
+        elif (
+            isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value)
+        ):
+            item = node.value[part]
+            return item, _line(item)
+        return None
+
+
+def _duplicate_keys(root: Node) -> list[tuple[Loc, int, int]]:
+    """``(loc, line, first_line)`` for every repeated key. PyYAML silently keeps the last
+    value, so a second ``train:`` block would throw away the first without a word."""
+    found: list[tuple[Loc, int, int]] = []
+    seen_nodes: set[int] = set()
+
+    def walk(node: Node, loc: Loc) -> None:
+        if id(node) in seen_nodes:  # aliases share nodes (and may even be recursive)
+            return
+        seen_nodes.add(id(node))
+        if isinstance(node, MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                if key.tag == _MERGE_TAG or not isinstance(key, ScalarNode):
+                    continue
+                if key.value in first:
+                    found.append(((*loc, key.value), _line(key), first[key.value]))
+                else:
+                    first[key.value] = _line(key)
+                walk(value, (*loc, key.value))
+        elif isinstance(node, SequenceNode):
+            for index, item in enumerate(node.value):
+                walk(item, (*loc, index))
+
+    walk(root, ())
+    return found
+
+
+def _dotted(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        if part == "[key]":  # pydantic's marker for "the key itself is wrong"
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or DOCUMENT
+
+
+# --------------------------------------------------------------------------------------------
+# Messages
+# --------------------------------------------------------------------------------------------
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def _show(value: object) -> str:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return f"{_kind(value)} {value!r}" if isinstance(value, str) else repr(value)
+    if isinstance(value, bool):
+        return f"{value!r}".lower()
+    return _kind(value)
+
+
+def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _key_home(key: str, here: str) -> str | None:
+    """The section a misplaced key belongs to, e.g. top-level ``micro_batch_size`` -> train."""
+    if here != "" and key in _TopSection.names():
+        return "the top level"
+    for section, model in _SECTIONS.items():
+        if section != here and key in model.names():
+            return f"{section}:"
+    return None
+
+
+def _message(err: ShapeError, field_name: str, section: str) -> str:
+    kind = err.type
+    value = err.input
+    loc = err.loc
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        candidates = list(_SECTIONS[section].names() if section else _TOP_KEYS)
+        msg = "unknown key" + _did_you_mean(key, candidates)
+        home = _key_home(key, section) if len(loc) == 1 else None
+        if section == "flags" and key in KNOB_NAMES:
+            msg += f"; {key} reaches DeepSpeed through the rendered config, not a flag"
+        elif home is not None:
+            msg += f"; it belongs under {home}"
+        return msg + f" (valid keys: {', '.join(candidates)})"
+    if kind == "missing":
+        return "required key is missing"
+    if kind in ("model_type", "dict_type"):
+        return f"must be a mapping, got {_show(value)}"
+    msg = err.msg.replace("Input should be", "must be").replace(
+        "String should match pattern", "must match the pattern"
+    )
+    msg = f"{msg}, got {_show(value)}"
+    if kind == "literal_error" and isinstance(value, str):
+        expected = re.findall(r"'([^']*)'", str(err.ctx.get("expected", "")))
+        msg += _did_you_mean(value, expected)
+    if kind == "string_type" and value is not None and not isinstance(value, list | dict):
+        msg += " (quote it to make it a string)"
+    hint = _HINTS.get((re.sub(r"\[\d+\]", "", field_name), kind))
+    if hint:
+        msg += f"; {hint}"
+    return msg
+
+
+# --------------------------------------------------------------------------------------------
+# Section validation that keeps going
+# --------------------------------------------------------------------------------------------
+
+M = TypeVar("M", bound=Section)
+
+
+@dataclass
+class _Checked(Generic[M]):
+    """A validated section, or ``None``; ``bad`` names its keys that failed validation
+    (replaced by stand-ins), so checks that would read them are skipped."""
+
+    model: M | None
+    bad: frozenset[str] = frozenset()
+
+    def ok(self, *keys: str) -> M | None:
+        if self.model is None or any(k in self.bad for k in keys):
+            return None
+        return self.model
+
+
+@dataclass
+class _Context:
+    file: Path
+    locator: _Locator
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, loc: Loc, message: str) -> None:
+        field_name = self.locator.dotted(loc)
+        self.problems.append(Problem(self.file, self.locator.line(loc), field_name, message))
+
+
+def _validate(model: type[M], data: object, section: str, ctx: _Context) -> _Checked[M]:
+    prefix: Loc = (section,) if section else ()
+    checked, errors = model.check(data)
+    if checked is not None:
+        return _Checked(checked)
+    for err in errors:
+        loc = prefix + err.loc
+        ctx.add(loc, _message(err, ctx.locator.dotted(loc), section))
+    if not isinstance(data, dict):
+        return _Checked(None)
+    # Retry without the offending keys (stand-ins for required ones) so that the checks
+    # below still see the parts of this section that are fine.
+    bad = frozenset(str(err.loc[0]) for err in errors if err.loc)
+    cleaned = {k: v for k, v in data.items() if k not in bad}
+    for key, stand_in in _FALLBACKS.get(section, {}).items():
+        if key in bad or key not in cleaned:
+            cleaned[key] = stand_in
+    return _Checked(model.check(cleaned)[0], bad)
+
+
+# --------------------------------------------------------------------------------------------
+# DeepSpeed config (shared by the job file and the quick start)
+# --------------------------------------------------------------------------------------------
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # DeepSpeed itself refuses duplicate keys (dict_raise_error_on_duplicate_keys); say it
+    # here, before any GPU time is spent.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _read_ds_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``(config, None)`` or ``(None, what is wrong)``."""
+    if not path.exists():
+        return None, f"DeepSpeed config not found: {path}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot read DeepSpeed config {path}: {exc}"
+    try:
+        data = json.loads(text, object_pairs_hook=_reject_duplicates)
+    except json.JSONDecodeError as exc:
+        return None, (
+            f"DeepSpeed config {path} is not valid JSON: {exc.msg} "
+            f"(line {exc.lineno}, column {exc.colno})"
+        )
+    except ValueError as exc:
+        return None, f"DeepSpeed config {path} is not valid: {exc}"
+    if not isinstance(data, dict):
+        return None, f"DeepSpeed config {path} must be a JSON object, got {_kind(data)}"
+    return data, None
+
+
+def _offloaded(zero: Mapping[str, Any], key: str, legacy: str) -> bool:
+    section = zero.get(key)
+    if isinstance(section, dict):
+        # HF templates carry `"offload_optimizer": {"device": "none"}`: present but off.
+        return str(section.get("device", "none")).lower() in ("cpu", "nvme")
+    return zero.get(legacy) is True  # pre-0.3.x spelling DeepSpeed still accepts
+
+
+def _ds_knobs(base: Mapping[str, Any], path: Path) -> tuple[int | None, Offload, list[str]]:
+    """ZeRO stage and offload level the base config sets, plus what is wrong with them."""
+    zero = base.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        return None, Offload.NONE, [f"{path}: zero_optimization must be an object"]
+    stage = zero.get("stage", 0)
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage <= 3:
+        return (
+            None,
+            Offload.NONE,
+            [f"{path}: zero_optimization.stage must be 0, 1, 2 or 3, got {_show(stage)}"],
+        )
+    if _offloaded(zero, "offload_param", "cpu_offload_param"):
+        offload = Offload.ALL
+    elif _offloaded(zero, "offload_optimizer", "cpu_offload"):
+        offload = Offload.OPTIMIZER
+    else:
+        offload = Offload.NONE
+    return stage, offload, []
+
+
+def _offload_conflict(stage: int | None, offload: Offload) -> str | None:
+    if offload is Offload.NONE:
+        return None
+    if stage is None:
+        return "CPU offload is a DeepSpeed ZeRO feature; add a deepspeed: section"
+    if stage == 0:
+        return f"offload {offload.value!r} needs ZeRO stage 1 or higher, but zero_stage is 0"
+    if offload is Offload.ALL and stage < 3:
+        return f"offload 'all' (parameters too) needs ZeRO stage 3, but zero_stage is {stage}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Small helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _absolute(base: Path, value: str | Path) -> Path:
+    """``value`` against ``base``, normalised but with symlinks kept (paths stay the ones
+    the user recognises)."""
+    return Path(os.path.normpath(base / Path(value).expanduser()))
+
+
+def _canonical_flag(flag: str) -> str:
+    """HfArgumentParser accepts ``--a-b`` for ``--a_b``; treat the spellings as one flag."""
+    body = flag.lstrip("-")
+    return flag[: len(flag) - len(body)] + body.replace("-", "_")
+
+
+def _negated(flag: str) -> str | None:
+    """``--no_x`` for a boolean ``--x``: HfArgumentParser adds it for fields defaulting to True."""
+    return "--no_" + flag[2:] if flag.startswith("--") else None
+
+
+def _resolve_python(value: str, base: Path) -> tuple[str | None, str | None]:
+    """Absolute interpreter path, or an error. A bare name is looked up on PATH *now*:
+    systemd gives services a different PATH, so the job must not depend on it later."""
+    if os.sep in value or value.startswith("~"):
+        path = _absolute(base, value)
+        if not path.is_file():
+            return None, f"python interpreter not found: {path}"
+        return str(path), None
+    found = shutil.which(value)
+    if found is None:
+        return None, f"python interpreter {value!r} not found on PATH; give its full path"
+    return str(Path(found).absolute()), None
+
+
+def _stringify_scalars(data: dict[str, Any], locator: _Locator) -> None:
+    """``args`` items and ``env`` values become strings, from the YAML source text: the
+    constructed value would turn ``0.00002`` into ``2e-05`` and ``010`` into ``8``."""
+
+    def raw(loc: Loc, value: object) -> object:
+        if value is None or isinstance(value, str | list | dict):
+            return value  # null and containers are left for the shape check to reject
+        node, _ = locator.find(loc)
+        return node.value if isinstance(node, ScalarNode) else str(value)
+
+    args = data.get("args")
+    if isinstance(args, list):
+        data["args"] = [raw(("args", i), item) for i, item in enumerate(args)]
+    env = data.get("env")
+    if isinstance(env, dict):
+        data["env"] = {k: raw(("env", k), v) for k, v in env.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# load_job
+# --------------------------------------------------------------------------------------------
+
+
+def _fail(path: Path, line: int | None, message: str) -> JobFileError:
+    return JobFileError([Problem(path, line, DOCUMENT, message)])
+
+
+#: libyaml when PyYAML was built with it: parsing a job file twice (nodes for the lines, then
+#: values) in pure Python costs ~25 ms of `dsguard validate`'s 300 ms start-up budget.
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _compose_and_load(text: str, loader: Any) -> tuple[Node | None, object]:
+    """The node tree (it keeps every key's line) and the constructed values. Two parses, not
+    one: constructing merges ``<<:`` keys into the tree in place, and the locator and the
+    duplicate-key check need the tree as written."""
+    root = yaml.compose(text, Loader=loader)
+    data = yaml.load(text, Loader=loader) if root is not None else None
+    return root, data
+
+
+def _parse(path: Path) -> tuple[dict[str, Any], _Locator, list[Problem]]:
+    """Read, compose and construct the YAML; raise at once if there is nothing to validate."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(path, None, "job file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(path, None, f"cannot read the job file: {exc}") from None
+    try:
+        try:
+            # A tab goes to the pure-Python parser, which refuses it where libyaml would keep
+            # it inside a value (`dir: out<TAB>/x` would silently name a directory with a tab).
+            loader = yaml.SafeLoader if "\t" in text else _FAST_LOADER
+            root, data = _compose_and_load(text, loader)
+        except yaml.YAMLError:
+            # libyaml's messages are terse ("found character that cannot start any token");
+            # the pure-Python parser names the character and where the construct started.
+            # Only a broken file pays for the second, slower parse.
+            root, data = _compose_and_load(text, yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = str(exc.problem or exc.context)
+        if exc.context and exc.problem:
+            where = f" started at line {exc.context_mark.line + 1}" if exc.context_mark else ""
+            what += f" ({exc.context}{where})"
+        raise _fail(path, mark.line + 1 if mark else None, f"invalid YAML: {what}") from None
+    except yaml.YAMLError as exc:
+        raise _fail(path, None, f"invalid YAML: {exc}") from None
+    if root is None:
+        raise _fail(
+            path, None, "the job file is empty; it needs at least name:, script: and train:"
+        )
+    if not isinstance(root, MappingNode) or not isinstance(data, dict):
+        raise _fail(path, _line(root), f"the job file must be a mapping of keys, got {_kind(data)}")
+    locator = _Locator(root)
+    problems = [
+        Problem(
+            path,
+            line,
+            _dotted(loc),
+            f"duplicate key; it is also set at line {first} and YAML would silently keep only "
+            "the last one",
+        )
+        for loc, line, first in _duplicate_keys(root)
+    ]
+    return data, locator, problems
+
+
+def load_job(path: Path) -> Job:
+    """Parse and validate a job file; raise :class:`JobFileError` with every problem found.
+
+    Relative paths resolve against the job file's directory (``workdir`` too), except
+    ``script`` and ``checkpoints.dir``, which belong to the training code and resolve
+    against ``workdir``.
+    """
+    given = Path(path)
+    source = _absolute(Path.cwd(), given)
+    base_dir = source.parent
+    data, locator, duplicate_problems = _parse(given)
+    ctx = _Context(given, locator, duplicate_problems)
+
+    for key in _NULL_MEANS_ABSENT:
+        if key in data and data[key] is None:
+            del data[key]
+    _stringify_scalars(data, locator)
+
+    top_data = {k: v for k, v in data.items() if k not in _SECTIONS}
+    if "train" not in data:
+        ctx.add(("train",), "required section is missing; it needs at least micro_batch_size")
+
+    def section(name: str, model: type[M]) -> _Checked[M] | None:
+        return _validate(model, data[name], name, ctx) if name in data else None
+
+    parsed = _Sections(
+        top=_validate(_TopSection, top_data, "", ctx),
+        train=section("train", TrainSection),
+        flags=section("flags", FlagsSection),
+        deepspeed=section("deepspeed", DeepSpeedSection),
+        checkpoints=section("checkpoints", CheckpointsSection),
+        ladder=section("ladder", LadderSection),
+        limits=section("limits", LimitsSection),
+        resources=section("resources", ResourcesSection),
+    )
+    job = _build(ctx, base_dir, source, parsed)
+    if job is None and not ctx.problems:  # every path to None records why; never raise empty
+        ctx.add((), "the job could not be built (a dsguard bug: no problem was recorded)")
+    if ctx.problems or job is None:
+        ctx.problems.sort(key=lambda p: p.line or 0)
+        raise JobFileError(ctx.problems)
+    return job
+
+
+def _check_output_dir(
+    ctx: _Context, args: Sequence[str], workdir: Path, checkpoints: CheckpointSpec
+) -> None:
+    """The trainer's ``--output_dir`` in args must be ``checkpoints.dir``: dsguard looks for
+    checkpoints (and rewrites that value per phase) there, not where the trainer writes."""
+    if checkpoints.output_flag is None:
+        return
+    wanted = _canonical_flag(checkpoints.output_flag)
+    for index, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        if not arg.startswith("-") or _canonical_flag(name) != wanted:
+            continue
+        if eq:
+            value, where = inline, index
+        elif index + 1 < len(args):
+            value, where = args[index + 1], index + 1
+        else:
+            ctx.add(("args", index), f"{name} needs a value")
+            continue
+        target = _absolute(workdir, value)
+        if target != checkpoints.dir:
+            ctx.add(
+                ("args", where),
+                f"{name} {value} resolves to {target}, but checkpoints.dir is "
+                f"{checkpoints.dir}; dsguard would look for checkpoints in the wrong place",
+            )
+
+
+@dataclass
+class _Sections:
+    """Each part of the file as validated; ``None`` for a section the file leaves out."""
+
+    top: _Checked[_TopSection]
+    train: _Checked[TrainSection] | None
+    flags: _Checked[FlagsSection] | None
+    deepspeed: _Checked[DeepSpeedSection] | None
+    checkpoints: _Checked[CheckpointsSection] | None
+    ladder: _Checked[LadderSection] | None
+    limits: _Checked[LimitsSection] | None
+    resources: _Checked[ResourcesSection] | None = None
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "kib": 1024,
+    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1000**4, "tb": 1000**4, "tib": 1024**4,
+}  # fmt: skip
+
+
+def parse_size(value: int | str) -> int | None:
+    """Bytes from an int or a size string ("6GiB", "800M", "1.5 GB"); None if unparseable."""
+    if isinstance(value, int):
+        return value if value > 0 else None
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
+    if m is None or m.group(2).lower() not in _SIZE_UNITS:
+        return None
+    size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    return size if size > 0 else None
+
+
+def _build_resources(ctx: _Context, parsed: _Checked[ResourcesSection] | None) -> Resources:
+    if parsed is None or parsed.model is None:
+        return Resources()
+    rm = parsed.model
+    host: int | None = None
+    if rm.host_memory_limit is not None:
+        host = parse_size(rm.host_memory_limit)
+        if host is None:
+            ctx.add(
+                ("resources", "host_memory_limit"),
+                f"{rm.host_memory_limit!r} is not a size; write bytes or e.g. 6GiB, 800MiB",
+            )
+    return Resources(gpu_memory_fraction=rm.gpu_memory_fraction, host_memory_limit_bytes=host)
+
+
+def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Job | None:
+    """Cross-field checks and path resolution; ``None`` when a part needed for the Job failed
+    (its problems are already in ``ctx``)."""
+    top_c, train_c, flags_c = parsed.top, parsed.train, parsed.flags
+    ds_c, ckpt_c, ladder_c, limits_c = (
+        parsed.deepspeed,
+        parsed.checkpoints,
+        parsed.ladder,
+        parsed.limits,
+    )
+    top = top_c.model
+
+    # --- where things are -------------------------------------------------------------------
+    workdir: Path | None = None
+    if top is not None and "workdir" not in top_c.bad:
+        workdir = _absolute(base_dir, top.workdir)
+        if not workdir.is_dir():
+            ctx.add(("workdir",), f"directory not found: {workdir}")
+            workdir = None
+
+    script: Path | None = None
+    if top is not None and not {"script", "module"} & top_c.bad:
+        if top.script is not None and top.module is not None:
+            ctx.add(("module",), "set either script or module, not both")
+        elif top.script is None and top.module is None:
+            ctx.add(("script",), "required: set script: (a file) or module: (a python module)")
+        elif top.module is not None and not _MODULE_RE.match(top.module):
+            ctx.add(("module",), f"not a python module name: {top.module!r}")
+        elif top.script is not None and workdir is not None:
+            script = _absolute(workdir, top.script)
+            if not script.is_file():
+                ctx.add(("script",), f"script not found: {script} (resolved against workdir)")
+
+    python: str | None = None
+    if top is not None and "python" not in top_c.bad:
+        if top.python is None:
+            python = sys.executable
+        else:
+            python, error = _resolve_python(top.python, base_dir)
+            if error:
+                ctx.add(("python",), error)
+
+    # --- GPUs and environment ---------------------------------------------------------------
+    world_size = 1
+    if top is not None:
+        gpus_ok = top_c.ok("gpus")
+        if gpus_ok is not None and top.gpus is not None:
+            if not top.gpus:
+                ctx.add(("gpus",), "must not be empty; leave gpus out to use every visible GPU")
+            seen: dict[int, int] = {}
+            for index, gpu in enumerate(top.gpus):
+                if gpu in seen:
+                    ctx.add(("gpus", index), f"GPU {gpu} is listed twice (also gpus[{seen[gpu]}])")
+                seen.setdefault(gpu, index)
+        n_gpus = len(top.gpus) if gpus_ok is not None and top.gpus else None
+        if top.world_size is not None:
+            world_size = top.world_size
+            if n_gpus is not None and top.world_size != n_gpus:
+                ctx.add(
+                    ("world_size",),
+                    f"is {top.world_size} but gpus lists {n_gpus} GPUs; drop one of them or "
+                    "make them agree",
+                )
+        elif n_gpus is not None:
+            world_size = n_gpus
+        for key in top.env:
+            if not _ENV_NAME_RE.match(key):
+                ctx.add(("env", key), f"not a valid environment variable name: {key!r}")
+        if top.gpus and "CUDA_VISIBLE_DEVICES" in top.env:
+            ctx.add(
+                ("env", "CUDA_VISIBLE_DEVICES"),
+                "conflicts with gpus:, from which dsguard sets it; remove one of them",
+            )
+
+    # --- DeepSpeed ---------------------------------------------------------------------------
+    ds_model = ds_c.model if ds_c is not None else None
+    ds_spec: DeepSpeedSpec | None = None
+    ds_stage: int | None = None
+    ds_offload = Offload.NONE
+    if ds_c is not None and ds_model is not None and "config" not in ds_c.bad:
+        config_path = _absolute(base_dir, ds_model.config)
+        base, error = _read_ds_config(config_path)
+        if base is None:
+            ctx.add(("deepspeed", "config"), str(error))
+        else:
+            ds_stage, ds_offload, errors = _ds_knobs(base, config_path)
+            for message in errors:
+                ctx.add(("deepspeed", "config"), message)
+            flag_kw = {"flag": ds_model.flag} if "flag" in ds_model.fields_set else {}
+            ds_spec = DeepSpeedSpec(config_path=config_path, base=base, **flag_kw)
+
+    # --- knobs ------------------------------------------------------------------------------
+    knobs: Knobs | None = None
+    explicit: set[str] = set()
+    train = train_c.model if train_c is not None else None
+    if train_c is not None and train is not None:
+        values = {
+            k: getattr(train, k)
+            for k in train.fields_set
+            if getattr(train, k) is not None and k not in train_c.bad
+        }
+        explicit = set(values)
+        has_ds = ds_c is not None
+        if not has_ds:
+            if "zero_stage" in values:
+                ctx.add(
+                    ("train", "zero_stage"),
+                    "needs a deepspeed: section (ZeRO is a DeepSpeed feature); remove it or "
+                    "add deepspeed: {config: ...}",
+                )
+            if values.get("offload", "none") != "none":
+                ctx.add(
+                    ("train", "offload"),
+                    "needs a deepspeed: section (CPU offload is a DeepSpeed ZeRO feature)",
+                )
+            values.pop("zero_stage", None)
+            values.pop("offload", None)
+        elif ds_spec is not None:
+            stage = values.setdefault("zero_stage", ds_stage)
+            offload = Offload(values.setdefault("offload", ds_offload))
+            explicit |= {"zero_stage", "offload"}  # the base config states them explicitly
+            conflict = _offload_conflict(stage, offload)
+            if conflict is not None:
+                if "offload" in train.fields_set and train.offload is not None:
+                    ctx.add(("train", "offload"), conflict)
+                elif "zero_stage" in train.fields_set and train.zero_stage is not None:
+                    ctx.add(("train", "zero_stage"), conflict)
+                else:
+                    ctx.add(("deepspeed", "config"), f"{ds_spec.config_path}: {conflict}")
+        if "offload" in values:
+            values["offload"] = Offload(values["offload"])
+        if "micro_batch_size" not in train_c.bad:
+            knobs = Knobs(**values)
+
+    # --- flags dsguard owns -----------------------------------------------------------------
+    flag_map: dict[str, str | None] = dict(DEFAULT_FLAGS)
+    if flags_c is not None and flags_c.model is not None:
+        for knob in FlagsSection.names():
+            if knob in flags_c.model.fields_set and knob not in flags_c.bad:
+                flag_map[knob] = getattr(flags_c.model, knob)
+    owned: list[tuple[str, Loc, str]] = []  # (flag, where it is configured, why dsguard owns it)
+    for knob in FLAG_KNOBS:
+        flag = flag_map.get(knob)
+        if flag is not None:
+            why = f"dsguard sets this from train.{knob}"
+            owned.append((flag, ("flags", knob), why))
+            negated = _negated(flag) if knob in _BOOL_KNOBS else None
+            if negated is not None:
+                owned.append((negated, ("flags", knob), why))
+    resume_flag: str | None = None
+    ckpt = ckpt_c.model if ckpt_c is not None else None
+    if ckpt is not None:
+        resume_flag = ckpt.resume_flag if "resume_flag" in ckpt.fields_set else _RESUME_FLAG
+        if resume_flag is not None:
+            owned.append(
+                (resume_flag, ("checkpoints", "resume_flag"), "dsguard passes this when it resumes")
+            )
+    if ds_spec is not None and ds_spec.flag is not None:
+        owned.append(
+            (
+                ds_spec.flag,
+                ("deepspeed", "flag"),
+                "dsguard passes the config it renders from deepspeed.config",
+            )
+        )
+    owners: dict[str, Loc] = {}
+    for owned_flag, where, _ in owned:
+        if not _FLAG_RE.match(owned_flag):
+            ctx.add(where, f"must be a command-line flag like --name, got {owned_flag!r}")
+        key = _canonical_flag(owned_flag)
+        if key in owners and owners[key] != where:
+            ctx.add(where, f"{owned_flag} is also the flag of {_dotted(owners[key])}")
+        owners.setdefault(key, where)
+    if top is not None and "args" not in top_c.bad:
+        whys = {_canonical_flag(owned_flag): why for owned_flag, _, why in owned}
+        for index, arg in enumerate(top.args):
+            reason = whys.get(_canonical_flag(arg.partition("=")[0])) if arg[:1] == "-" else None
+            if reason is not None:
+                ctx.add(("args", index), f"{reason}; remove it from args")
+
+    # --- checkpoints, ladder, limits --------------------------------------------------------
+    checkpoints: CheckpointSpec | None = None
+    if ckpt is not None and ckpt_c is not None and "dir" not in ckpt_c.bad and workdir is not None:
+        ckpt_kw: dict[str, Any] = {"resume_flag": resume_flag}
+        if "output_flag" in ckpt.fields_set:
+            ckpt_kw["output_flag"] = ckpt.output_flag
+        if ckpt.resume_at_start is not None:
+            ckpt_kw["resume_at_start"] = ckpt.resume_at_start
+        checkpoints = CheckpointSpec(dir=_absolute(workdir, ckpt.dir), **ckpt_kw)
+        if checkpoints.output_flag is not None and not _FLAG_RE.match(checkpoints.output_flag):
+            ctx.add(
+                ("checkpoints", "output_flag"),
+                f"must be a command-line flag like --name, got {checkpoints.output_flag!r}",
+            )
+        elif top is not None and "args" not in top_c.bad:
+            _check_output_dir(ctx, top.args, workdir, checkpoints)
+
+    ladder = Ladder()
+    if ladder_c is not None and ladder_c.model is not None:
+        ladder_kw: dict[str, tuple[str, ...]] = {}
+        for which in ("oom", "host_oom"):
+            rungs = getattr(ladder_c.model, which)
+            if rungs is None:
+                continue
+            ladder_kw[which] = tuple(rungs)
+            first: dict[str, int] = {}
+            for index, rung in enumerate(rungs):
+                if rung not in ALL_RUNGS:
+                    ctx.add(
+                        ("ladder", which, index),
+                        f"unknown rung {rung!r}{_did_you_mean(rung, ALL_RUNGS)}; "
+                        f"known rungs: {', '.join(ALL_RUNGS)}",
+                    )
+                elif rung in first:
+                    ctx.add(
+                        ("ladder", which, index),
+                        f"rung {rung!r} is listed twice (also {which}[{first[rung]}])",
+                    )
+                first.setdefault(rung, index)
+        ladder = Ladder(**ladder_kw)
+
+    limits = Limits()
+    if limits_c is not None and limits_c.model is not None:
+        lm = limits_c.model
+        limits_kw: dict[str, Any] = {
+            k: getattr(lm, k)
+            for k in lm.fields_set
+            if k != "backoff_s" and getattr(lm, k) is not None
+        }
+        if lm.backoff_s is not None:
+            first_s, longest_s = lm.backoff_s
+            if first_s > longest_s:
+                ctx.add(
+                    ("limits", "backoff_s"),
+                    f"first delay {first_s:g}s is longer than the longest {longest_s:g}s; "
+                    "write [first, longest]",
+                )
+            limits_kw.update(backoff_first_s=first_s, backoff_max_s=longest_s)
+        limits = Limits(**limits_kw)
+        # Only explicit limits are checked: the default min_max_length (512) above a short
+        # max_length just makes the max_length rung inapplicable, which is fine.
+        min_mbs, min_len = lm.min_micro_batch_size, lm.min_max_length
+        if knobs is not None and min_mbs is not None and min_mbs > knobs.micro_batch_size:
+            ctx.add(
+                ("limits", "min_micro_batch_size"),
+                f"{min_mbs} is above train.micro_batch_size ({knobs.micro_batch_size}); "
+                "the ladder could never start",
+            )
+        max_len = knobs.max_length if knobs is not None else None
+        if max_len is not None and min_len is not None and min_len > max_len:
+            ctx.add(
+                ("limits", "min_max_length"),
+                f"{min_len} is above train.max_length ({max_len})",
+            )
+
+    resources = _build_resources(ctx, parsed.resources)
+    if top is None or workdir is None or python is None or knobs is None or ctx.problems:
+        return None
+    name = top.name
+    log_dir = _absolute(base_dir, top.log_dir if top.log_dir is not None else f"runs/{name}")
+    return Job(
+        name=name,
+        source=source,
+        workdir=workdir,
+        launcher=LauncherKind(top.launcher),
+        script=script,
+        module=top.module,
+        args=tuple(top.args),
+        python=python,
+        gpus=tuple(top.gpus) if top.gpus else None,
+        world_size=world_size,
+        env=dict(top.env),
+        knobs=knobs,
+        explicit_knobs=frozenset(explicit),
+        flags=flag_map,
+        deepspeed=ds_spec,
+        checkpoints=checkpoints,
+        ladder=ladder,
+        limits=limits,
+        log_dir=log_dir,
+        resources=resources,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Quick start: `dsguard run -- deepspeed train.py ARGS...`
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Command:
+    """What the launcher part of a quick-start command line says."""
+
+    launcher: LauncherKind
+    python: str
+    target: str | None = None
+    is_module: bool = False
+    args: list[str] = field(default_factory=list)
+    gpus: tuple[int, ...] | None = None
+    world_size: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.items.append(Problem(None, None, where, message))
+
+
+#: Launcher options the quick start understands: option -> (key, takes a value). Anything
+#: else is refused rather than dropped, because Job has nowhere to keep it.
+_LAUNCHER_OPTIONS: dict[LauncherKind, dict[str, tuple[str, bool]]] = {
+    LauncherKind.DEEPSPEED: {
+        "--num_gpus": ("num_gpus", True),
+        "--num-gpus": ("num_gpus", True),
+        "--include": ("include", True),
+        "--module": ("module", False),
+    },
+    LauncherKind.TORCHRUN: {
+        "--nproc_per_node": ("nproc", True),
+        "--nproc-per-node": ("nproc", True),
+        "--nnodes": ("nnodes", True),
+        "--standalone": ("standalone", False),
+        "-m": ("module", False),
+        "--module": ("module", False),
+    },
+    LauncherKind.ACCELERATE: {
+        "--num_processes": ("num_processes", True),
+        "--num-processes": ("num_processes", True),
+        "--gpu_ids": ("gpu_ids", True),
+        "--gpu-ids": ("gpu_ids", True),
+        "--multi_gpu": ("multi_gpu", False),
+        "--multi-gpu": ("multi_gpu", False),
+        "-m": ("module", False),
+        "--module": ("module", False),
+    },
+}
+
+
+def _scan_options(
+    tokens: Sequence[str], spec: Mapping[str, tuple[str, bool]], problems: _Problems
+) -> tuple[dict[str, str | None], int, bool]:
+    """Launcher options up to the first positional: ``(values, index of it, understood)``.
+    After an unknown option parsing stops: whether it takes a value cannot be known."""
+    found: dict[str, str | None] = {}
+    i = 0
+    while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-":
+        name, eq, inline = tokens[i].partition("=")
+        if name not in spec:
+            problems.add(
+                name,
+                "launcher option not supported by the quick start (dsguard builds the "
+                f"launcher command itself; supported: {', '.join(sorted(spec))})",
+            )
+            return found, len(tokens), False
+        key, takes_value = spec[name]
+        value: str | None = None
+        if takes_value:
+            if eq:
+                value = inline
+            elif i + 1 < len(tokens):
+                i += 1
+                value = tokens[i]
+            else:
+                problems.add(name, "needs a value")
+        elif eq:
+            problems.add(name, "takes no value")
+        if key in found:
+            problems.add(name, "given twice")
+        found[key] = value
+        i += 1
+    return found, i, True
+
+
+def _positive_int(text: str | None, where: str, problems: _Problems) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        problems.add(where, f"must be a whole number, got {text!r}")
+        return None
+    if value < 1:
+        problems.add(where, f"must be at least 1, got {value}")
+        return None
+    return value
+
+
+def _gpu_list(text: str, where: str, problems: _Problems) -> tuple[int, ...] | None:
+    try:
+        gpus = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        problems.add(where, f"expected GPU indices like 0,1,2, got {text!r}")
+        return None
+    if any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
+        problems.add(where, f"GPU indices must be distinct and non-negative, got {text!r}")
+        return None
+    return gpus
+
+
+def _interpreter_of(executable: str, cwd: Path) -> str:
+    """The python a console script (``deepspeed``, ``torchrun``, ``accelerate``) runs under,
+    from its shebang: that is the training environment. Falls back to dsguard's own python."""
+    path = _absolute(cwd, executable) if os.sep in executable else None
+    if path is None:
+        found = shutil.which(executable)
+        path = Path(found) if found else None
+    if path is None or not path.is_file():
+        return sys.executable
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return sys.executable
+    if not head or not head[0].startswith("#!"):
+        return sys.executable
+    words = head[0][2:].split()
+    if words and Path(words[0]).name == "env" and len(words) > 1:
+        found = shutil.which(words[1])
+        return found or sys.executable
+    if words and _PYTHON_RE.match(Path(words[0]).name):
+        return words[0]
+    # pip writes `#!/bin/sh` + `'''exec' /long/path/python "$0" "$@"` for very long paths.
+    for line in head[1:3]:
+        match = re.match(r"^'''exec' (\S+) ", line)
+        if match:
+            return match.group(1)
+    return sys.executable
+
+
+def _parse_launcher(argv: Sequence[str], cwd: Path, problems: _Problems) -> _Command | None:
+    head = argv[0]
+    base = Path(head).name
+    rest = list(argv[1:])
+    if base.endswith(".py"):
+        return _Command(LauncherKind.PYTHON, sys.executable, target=head, args=rest)
+    if _PYTHON_RE.match(base):
+        python, error = _resolve_python(head, cwd)
+        if error:
+            problems.add("python", error)
+        return _parse_python(rest, python or head, cwd, problems)
+    if base == "accelerate":
+        if not rest or rest[0] != "launch":
+            problems.add("accelerate", "expected `accelerate launch ...`")
+            return None
+        rest = rest[1:]
+        kind = LauncherKind.ACCELERATE
+    elif base in ("deepspeed", "torchrun"):
+        kind = LauncherKind(base)
+    else:
+        problems.add(
+            "command",
+            f"unknown launcher {head!r}; expected deepspeed, torchrun, accelerate launch, "
+            "python or a .py script",
+        )
+        return None
+    return _parse_distributed(kind, rest, _interpreter_of(head, cwd), problems)
+
+
+def _parse_python(rest: list[str], python: str, cwd: Path, problems: _Problems) -> _Command | None:
+    cmd = _Command(LauncherKind.PYTHON, python)
+    i = 0
+    while i < len(rest) and rest[i].startswith("-"):
+        opt = rest[i]
+        if opt == "-u":
+            cmd.env["PYTHONUNBUFFERED"] = "1"  # the same effect, kept across restarts
+        elif opt.startswith("-m"):
+            module = opt[2:] or (rest[i + 1] if i + 1 < len(rest) else "")
+            if not module:
+                problems.add("-m", "needs a module name")
+                return cmd
+            args = rest[i + (1 if opt[2:] else 2) :]
+            if module == "torch.distributed.run":  # `python -m torch.distributed.run` is torchrun
+                return _parse_distributed(LauncherKind.TORCHRUN, args, python, problems)
+            cmd.target, cmd.is_module, cmd.args = module, True, args
+            return cmd
+        else:
+            problems.add(opt, "python option not supported by the quick start (only -m and -u)")
+            return cmd
+        i += 1
+    if i < len(rest):
+        cmd.target, cmd.args = rest[i], rest[i + 1 :]
+    else:
+        problems.add("command", "no training script after the python interpreter")
+    return cmd
+
+
+def _parse_distributed(
+    kind: LauncherKind, rest: list[str], python: str, problems: _Problems
+) -> _Command:
+    cmd = _Command(kind, python)
+    found, index, understood = _scan_options(rest, _LAUNCHER_OPTIONS[kind], problems)
+    if not understood:
+        return cmd
+    if index >= len(rest):
+        problems.add("command", f"no training script after the {kind.value} options")
+        return cmd
+    cmd.target, cmd.args = rest[index], rest[index + 1 :]
+    cmd.is_module = "module" in found
+    if kind is LauncherKind.DEEPSPEED:
+        if "num_gpus" in found and "include" in found:
+            problems.add("--include", "cannot be combined with --num_gpus (DeepSpeed refuses it)")
+        cmd.world_size = _positive_int(found.get("num_gpus"), "--num_gpus", problems)
+        include = found.get("include")
+        if include is not None:
+            host, _, slots = include.partition(":")
+            if "@" in include or host != "localhost":
+                problems.add("--include", f"only localhost is supported, got {include!r}")
+            elif slots:
+                cmd.gpus = _gpu_list(slots, "--include", problems)
+    elif kind is LauncherKind.TORCHRUN:
+        nnodes = found.get("nnodes")
+        if nnodes is not None and nnodes not in ("1", "1:1"):
+            problems.add("--nnodes", f"dsguard supervises a single node, got {nnodes!r}")
+        cmd.world_size = _positive_int(found.get("nproc"), "--nproc_per_node", problems)
+    else:
+        cmd.world_size = _positive_int(found.get("num_processes"), "--num_processes", problems)
+        gpu_ids = found.get("gpu_ids")
+        if gpu_ids is not None and gpu_ids != "all":
+            cmd.gpus = _gpu_list(gpu_ids, "--gpu_ids", problems)
+    if cmd.gpus is not None and cmd.world_size is not None and cmd.world_size != len(cmd.gpus):
+        problems.add(
+            "command", f"{cmd.world_size} processes disagree with {len(cmd.gpus)} listed GPUs"
+        )
+    return cmd
+
+
+@dataclass
+class _ArgScan:
+    """HF flags pulled out of a quick-start command's script arguments."""
+
+    args: list[str] = field(default_factory=list)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    deepspeed: str | None = None
+    output_dir: str | None = None
+
+
+def _parse_bool(text: str, where: str, problems: _Problems) -> bool | None:
+    word = text.lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    problems.add(where, f"expected true or false, got {text!r}")
+    return None
+
+
+def _scan_script_args(args: Sequence[str], problems: _Problems) -> _ArgScan:
+    """Take the knob flags (and ``--deepspeed``/``--resume_from_checkpoint``) out of the
+    script's arguments: dsguard passes them itself, with the values of each attempt."""
+    knob_of: dict[str, tuple[str, bool]] = {}  # canonical flag -> (knob, negated)
+    for knob in FLAG_KNOBS:
+        flag = DEFAULT_FLAGS[knob]
+        if flag is None:
+            continue
+        knob_of[_canonical_flag(flag)] = (knob, False)
+        no_flag = _negated(flag) if knob in _BOOL_KNOBS else None
+        if no_flag is not None:
+            knob_of[_canonical_flag(no_flag)] = (knob, True)
+    scan = _ArgScan()
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if not token.startswith("--"):
+            scan.args.append(token)
+            continue
+        name, eq, inline = token.partition("=")
+        canon = _canonical_flag(name)
+        nxt = args[i] if i < len(args) else None
+        if canon in knob_of:
+            knob, negated = knob_of[canon]
+            if knob in scan.knobs:
+                problems.add(name, f"given twice (sets {knob})")
+            value: Any = None
+            if knob in _BOOL_KNOBS:
+                if negated:
+                    if eq:
+                        problems.add(name, "takes no value")
+                    value = False
+                elif eq:
+                    value = _parse_bool(inline, name, problems)
+                elif nxt is not None and not nxt.startswith("--"):
+                    value = _parse_bool(nxt, name, problems)
+                    i += 1
+                else:
+                    value = True  # a bare HF boolean flag means true
+            else:
+                text = inline if eq else nxt
+                if not eq and nxt is not None:
+                    i += 1
+                if text is None:
+                    problems.add(name, "needs a value")
+                else:
+                    try:
+                        value = int(text)
+                    except ValueError:
+                        problems.add(name, f"must be a whole number, got {text!r}")
+                    else:
+                        minimum = _INT_KNOB_MINIMUM[knob]
+                        if value < minimum:
+                            problems.add(name, f"must be at least {minimum}, got {value}")
+                            value = None
+            if value is not None:
+                scan.knobs[knob] = value
+        elif canon == _DEEPSPEED_FLAG:
+            text = inline if eq else nxt
+            if not eq and nxt is not None:
+                i += 1
+            if not text or text.lstrip().startswith("{"):
+                problems.add(name, "needs the path of a DeepSpeed JSON config")
+            else:
+                scan.deepspeed = text
+        elif canon == _RESUME_FLAG:
+            # dsguard decides when to resume; drop the flag and its value.
+            if not eq and nxt is not None and not nxt.startswith("-"):
+                i += 1
+        else:
+            scan.args.append(token)
+            if canon == _OUTPUT_DIR_FLAG:
+                if eq:
+                    scan.output_dir = inline
+                elif nxt is not None:
+                    scan.output_dir = nxt
+    return scan
+
+
+def _sanitise_name(stem: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).lstrip("_.-")
+    return name or "job"
+
+
+def job_from_command(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    name: str | None = None,
+    log_dir: Path | None = None,
+) -> Job:
+    """Build a Job from ``dsguard run -- LAUNCHER ... SCRIPT ARGS...``.
+
+    Knob flags are parsed from ARGS (HF Trainer names) and removed, since dsguard passes
+    them itself; ``--deepspeed PATH`` becomes the base DeepSpeed config and
+    ``--output_dir`` (kept) the checkpoint directory. Problems raise :class:`JobFileError`
+    with ``file=None`` and the offending flag as the field.
+    """
+    cwd = _absolute(Path.cwd(), cwd)
+    problems = _Problems()
+    if not argv:
+        problems.add("command", "empty command; give the training command after `--`")
+        raise JobFileError(problems.items)
+    cmd = _parse_launcher(argv, cwd, problems)
+    if cmd is None or cmd.target is None:
+        raise JobFileError(problems.items)
+
+    script: Path | None = None
+    module: str | None = None
+    if cmd.is_module:
+        module = cmd.target
+        if not _MODULE_RE.match(module):
+            problems.add("module", f"not a python module name: {module!r}")
+    else:
+        script = _absolute(cwd, cmd.target)
+        if not script.is_file():
+            problems.add("script", f"script not found: {script}")
+
+    scan = _scan_script_args(cmd.args, problems)
+    explicit = set(scan.knobs)
+    values = dict(scan.knobs)
+    values.setdefault("micro_batch_size", _HF_MICRO_BATCH_DEFAULT)
+    values.setdefault("gradient_accumulation_steps", _HF_ACCUMULATION_DEFAULT)
+
+    deepspeed: DeepSpeedSpec | None = None
+    if scan.deepspeed is not None:
+        config_path = _absolute(cwd, scan.deepspeed)
+        base, error = _read_ds_config(config_path)
+        if base is None:
+            problems.add(_DEEPSPEED_FLAG, str(error))
+        else:
+            stage, offload, errors = _ds_knobs(base, config_path)
+            for message in errors:
+                problems.add(_DEEPSPEED_FLAG, message)
+            conflict = _offload_conflict(stage, offload)
+            if conflict is not None and stage is not None:
+                problems.add(_DEEPSPEED_FLAG, f"{config_path}: {conflict}")
+            values.update(zero_stage=stage, offload=offload)
+            explicit |= {"zero_stage", "offload"}
+            deepspeed = DeepSpeedSpec(config_path=config_path, base=base, flag=_DEEPSPEED_FLAG)
+
+    checkpoints = (
+        CheckpointSpec(dir=_absolute(cwd, scan.output_dir)) if scan.output_dir is not None else None
+    )
+
+    if name is None:
+        stem = cmd.target if cmd.is_module else Path(cmd.target).stem
+        name = _sanitise_name(stem)
+    elif not _NAME_RE.match(name):
+        problems.add(
+            "name",
+            f"{name!r} is not a valid job name; {_HINTS[('name', 'string_pattern_mismatch')]}",
+        )
+    if problems.items:
+        raise JobFileError(problems.items)
+
+    gpus = cmd.gpus
+    world_size = cmd.world_size or (len(gpus) if gpus else 1)
+    return Job(
+        name=name,
+        source=None,
+        workdir=cwd,
+        launcher=cmd.launcher,
+        script=script,
+        module=module,
+        args=tuple(scan.args),
+        python=cmd.python,
+        gpus=gpus,
+        world_size=world_size,
+        env=dict(cmd.env),
+        knobs=Knobs(**values),
+        explicit_knobs=frozenset(explicit),
+        flags=dict(DEFAULT_FLAGS),
+        deepspeed=deepspeed,
+        checkpoints=checkpoints,
+        log_dir=_absolute(cwd, log_dir) if log_dir is not None else cwd / "runs" / name,
+    )

@@ -1,0 +1,135 @@
+"""The validated, resolved job: what every stage after parsing works from.
+
+``jobfile.py`` turns a YAML file (or a quick-start command line) into a :class:`Job`; nothing
+past that point sees YAML or relative paths. Every path here is absolute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from dsguard.job.knobs import Knobs
+
+
+class LauncherKind(StrEnum):
+    PYTHON = "python"
+    DEEPSPEED = "deepspeed"
+    TORCHRUN = "torchrun"
+    ACCELERATE = "accelerate"
+
+
+#: Rung names the ladders may use (validated in the job file).
+OOM_RUNGS: tuple[str, ...] = (
+    "micro_batch",
+    "gradient_checkpointing",
+    "max_length",
+    "zero3",
+    "offload_optimizer",
+    "offload_params",
+    "lora",
+)
+HOST_OOM_RUNGS: tuple[str, ...] = ("dataloader_workers", "pin_memory", "micro_batch")
+ALL_RUNGS: tuple[str, ...] = (*OOM_RUNGS, "dataloader_workers", "pin_memory")
+
+
+@dataclass(frozen=True, slots=True)
+class DeepSpeedSpec:
+    """The base DeepSpeed config; dsguard renders one per attempt from it and the knobs."""
+
+    config_path: Path
+    base: Mapping[str, Any]
+    flag: str | None = "--deepspeed"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSpec:
+    dir: Path
+    resume_flag: str | None = "--resume_from_checkpoint"
+    #: The script's output-dir flag. A new phase (a move that cannot resume exactly) must not
+    #: write checkpoint-N dirs into the old phase's directory (mixed ZeRO-2/ZeRO-3 shards in
+    #: one dir), so dsguard rewrites this flag's value in ``args`` to a per-phase subdir.
+    output_flag: str | None = "--output_dir"
+    #: Resume the first attempt from an existing complete checkpoint too (a restarted
+    #: dsguard continues instead of retraining from step 0).
+    resume_at_start: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    oom: tuple[str, ...] = OOM_RUNGS
+    host_oom: tuple[str, ...] = HOST_OOM_RUNGS
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    min_micro_batch_size: int = 1
+    min_max_length: int = 512
+    max_attempts: int = 12
+    backoff_first_s: float = 5.0
+    backoff_max_s: float = 300.0
+    #: An attempt that stayed up this long resets the backoff streak (a job that crashes
+    #: once a day must not wait the maximum backoff forever).
+    healthy_uptime_s: float = 1800.0
+    #: Wait after SIGTERM to the launcher before SIGKILL of the whole session. The DeepSpeed
+    #: launcher and torchrun give their ranks 30 s, so a graceful stop needs more than that;
+    #: a fatal OOM needs no grace at all (see ``fatal_grace_s``).
+    stop_grace_s: float = 45.0
+    #: Grace after a fatal line (CUDA OOM): the other ranks would hang in NCCL, so be quick.
+    fatal_grace_s: float = 2.0
+    #: No output and no heartbeat for this long = a hang. Longer than legitimate pauses
+    #: (first-step compile, eval, a large checkpoint save), shorter than the NCCL timeout
+    #: (DeepSpeed 10 min, HF ddp_timeout 30 min) is the useful range for heartbeat users.
+    hang_timeout_s: float = 1800.0
+    #: On a graceful stop, how long the training process may take to save a checkpoint
+    #: after dsguard asked it to (only with the save_and_stop capability).
+    stop_save_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Per-job caps, so two jobs can share one workstation.
+
+    ``gpu_memory_fraction`` is enforced inside the training process by torch's own
+    per-process cap (the dsguard callback sets it; the supervisor also passes it through
+    ``PYTORCH_CUDA_ALLOC_CONF``). ``host_memory_limit_bytes`` is a real kernel limit on every
+    process of the attempt (RLIMIT_AS, per process: virtual address space, which CUDA inflates
+    with its reservations; use it for CPU training, or systemd's MemoryMax for a GPU job).
+    """
+
+    gpu_memory_fraction: float | None = None
+    host_memory_limit_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    name: str
+    #: The job file, or None for a quick-start command line.
+    source: Path | None
+    workdir: Path
+    launcher: LauncherKind
+    #: Exactly one of script/module is set.
+    script: Path | None
+    module: str | None
+    args: tuple[str, ...]
+    #: Interpreter of the training environment.
+    python: str
+    gpus: tuple[int, ...] | None
+    #: Data-parallel world size used for the global-batch invariant.
+    world_size: int
+    env: Mapping[str, str]
+    knobs: Knobs
+    #: Knobs the user set explicitly; others are passed to the script only once dsguard
+    #: changes them (so scripts that lack a flag are not broken by defaults).
+    explicit_knobs: frozenset[str]
+    #: knob name -> command-line flag, or None = never passed.
+    flags: Mapping[str, str | None]
+    deepspeed: DeepSpeedSpec | None
+    checkpoints: CheckpointSpec | None
+    ladder: Ladder = field(default_factory=Ladder)
+    limits: Limits = field(default_factory=Limits)
+    log_dir: Path = Path("runs")
+    resources: Resources = field(default_factory=Resources)

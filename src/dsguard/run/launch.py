@@ -1,0 +1,234 @@
+"""Turn (job, knobs, resume point) into one attempt's DeepSpeed config, argv and environment.
+
+Pure: no process is started here and nothing is written (the run loop writes the rendered
+config to ``log_dir``). argv is always a list: no shell ever parses user arguments.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dsguard.job.knobs import FLAG_KNOBS, Knobs, Offload
+from dsguard.job.model import Job, LauncherKind
+from dsguard.protocol import (
+    ATTEMPT_ENV,
+    CONTROL_DIR_ENV,
+    CONTROL_SUBDIR,
+    GPU_MEMORY_FRACTION_ENV,
+    HEARTBEAT_DIR_ENV,
+    HEARTBEAT_SUBDIR,
+    INIT_FROM_ENV,
+    LOG_DIR_ENV,
+    RUN_ID_ENV,
+)
+
+if TYPE_CHECKING:
+    # Imported where used: the remedies pull in the classifier's and envfacts' regex tables,
+    # ~70 ms that `dsguard validate` (which only renders the DeepSpeed config) must not pay.
+    from dsguard.core.remedies import Remedy
+
+# RUN_ID_ENV/ATTEMPT_ENV are the marker every process of an attempt inherits. It survives
+# re-parenting and new sessions (torchrun starts each worker in its own session), so the kill
+# sweep can find exactly the processes dsguard started, and nothing else.
+
+_BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+
+
+def _offload_block(existing: object, knobs: Knobs) -> dict[str, Any]:
+    """An offload block that really offloads. A template's ``"device": "none"`` (DeepSpeed's
+    "no offload") would otherwise survive and the rung would claim an offload that never
+    happens; an explicit ``cpu``/``nvme`` device and its settings are kept."""
+    block = dict(existing) if isinstance(existing, Mapping) else {}
+    if block.get("device") in (None, "none"):
+        block["device"] = "cpu"
+    block.setdefault("pin_memory", knobs.pin_memory)
+    return block
+
+
+def render_deepspeed_config(
+    base: Mapping[str, Any], knobs: Knobs, world_size: int
+) -> dict[str, Any]:
+    """The DeepSpeed config for one attempt: the user's base config with dsguard's knobs.
+
+    * ZeRO stage and offload blocks follow the knobs (existing block settings such as an NVMe
+      device are kept; only missing keys get CPU defaults).
+    * Batch keys that are ``"auto"`` stay ``"auto"`` (HF Trainer fills them from the flags
+      dsguard passes); numeric ones are rewritten to match the knobs, because HF raises on a
+      mismatch and a plain DeepSpeed script would silently train another global batch.
+    * With offload and no ``optimizer`` block, HF creates a torch optimizer, which DeepSpeed
+      rejects under offload unless ``zero_force_ds_cpu_optimizer`` is false.
+    """
+    cfg: dict[str, Any] = copy.deepcopy(dict(base))
+    if knobs.zero_stage is None:
+        return cfg
+    zero: dict[str, Any] = dict(cfg.get("zero_optimization") or {})
+    zero["stage"] = knobs.zero_stage
+    if knobs.offload is Offload.NONE:
+        zero.pop("offload_optimizer", None)
+        zero.pop("offload_param", None)
+    else:
+        zero["offload_optimizer"] = _offload_block(zero.get("offload_optimizer"), knobs)
+        if knobs.offload is Offload.ALL:
+            zero["offload_param"] = _offload_block(zero.get("offload_param"), knobs)
+        else:
+            zero.pop("offload_param", None)
+        if "optimizer" not in cfg:
+            cfg["zero_force_ds_cpu_optimizer"] = False
+    cfg["zero_optimization"] = zero
+    values = {
+        "train_micro_batch_size_per_gpu": knobs.micro_batch_size,
+        "gradient_accumulation_steps": knobs.gradient_accumulation_steps,
+        "train_batch_size": knobs.global_batch(world_size),
+    }
+    for key in _BATCH_KEYS:
+        if key in cfg and cfg[key] != "auto":
+            cfg[key] = values[key]
+    return cfg
+
+
+def _render_value(value: object) -> str:
+    # HfArgumentParser takes booleans as `--flag true|false`; a bare flag could not turn one off.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def knob_args(job: Job, knobs: Knobs) -> list[str]:
+    """Flags for the knobs the script must see.
+
+    The micro-batch and accumulation are always passed (the global-batch invariant depends on
+    them); other knobs only when the user set them or dsguard changed them, so a script that
+    lacks, say, ``--dataloader_num_workers`` is not broken by a default it never asked for.
+    """
+    out: list[str] = []
+    always = {"micro_batch_size", "gradient_accumulation_steps"}
+    for name in FLAG_KNOBS:
+        flag = job.flags.get(name)
+        value = getattr(knobs, name)
+        if flag is None or value is None:
+            continue
+        changed = value != getattr(job.knobs, name)
+        if name in always or name in job.explicit_knobs or changed:
+            out += [flag, _render_value(value)]
+    return out
+
+
+def _replace_flag(args: Sequence[str], flag: str, value: str) -> list[str]:
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == flag and i + 1 < len(out):
+            out[i + 1] = value
+        elif a.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+    return out
+
+
+def _launcher_prefix(job: Job) -> list[str]:
+    target = ["-m", job.module] if job.module is not None else [str(job.script)]
+    py = job.python
+    if job.launcher is LauncherKind.PYTHON:
+        return [py, *target]
+    if job.launcher is LauncherKind.DEEPSPEED:
+        ds_bin = Path(py).parent / "deepspeed"
+        head = [str(ds_bin)] if ds_bin.is_file() else [py, "-m", "deepspeed.launcher.runner"]
+        if job.gpus is not None:
+            head += ["--include", "localhost:" + ",".join(str(g) for g in job.gpus)]
+        else:
+            head += ["--num_gpus", str(job.world_size)]
+        if job.module is not None:
+            return [*head, "--module", job.module]
+        return [*head, str(job.script)]
+    if job.launcher is LauncherKind.TORCHRUN:
+        return [
+            py, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={job.world_size}", *target,
+        ]  # fmt: skip
+    # accelerate
+    return [py, "-m", "accelerate.commands.launch", f"--num_processes={job.world_size}", *target]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+def build_command(
+    job: Job,
+    knobs: Knobs,
+    *,
+    run_id: str,
+    attempt: int,
+    base_env: Mapping[str, str],
+    ds_config: Path | None,
+    resume_from: Path | None,
+    output_dir: Path | None,
+    init_from: Path | None = None,
+    supervisor_python: str = sys.executable,
+    supervisor_pid: int | None = None,
+    remedies: Sequence[Remedy] = (),
+) -> Command:
+    """argv, environment and cwd of one attempt.
+
+    Args:
+        base_env: the environment to start from (dsguard's own, passed in for testability).
+        ds_config: the rendered DeepSpeed config of this attempt, if the job uses DeepSpeed.
+        resume_from: explicit checkpoint path (never "latest": HF would pick an unvalidated one).
+        output_dir: when set, replaces the value of the job's output flag (a new phase).
+        init_from: checkpoint whose consolidated weights a new phase starts from (honoured by
+            training code that announces the ``init_from`` capability).
+        supervisor_python: interpreter for dsguard's own exec shim.
+        supervisor_pid: when set, the shim makes the launcher receive SIGTERM if this
+            process dies (parent-death signal).
+        remedies: environment remedies applied so far (flags here, env below; their config
+            patch goes into the rendered DeepSpeed config).
+    """
+    from dsguard.core.remedies import merged_env, remedy_args
+
+    args = remedy_args(job.args, remedies)
+    ckpt = job.checkpoints
+    if output_dir is not None and ckpt is not None and ckpt.output_flag is not None:
+        args = _replace_flag(args, ckpt.output_flag, str(output_dir))
+    argv = _launcher_prefix(job) + args + knob_args(job, knobs)
+    if job.deepspeed is not None and job.deepspeed.flag is not None and ds_config is not None:
+        argv += [job.deepspeed.flag, str(ds_config)]
+    if resume_from is not None and ckpt is not None and ckpt.resume_flag is not None:
+        argv += [ckpt.resume_flag, str(resume_from)]
+    if supervisor_pid is not None or job.resources.host_memory_limit_bytes is not None:
+        shim = [supervisor_python, "-m", "dsguard.run.exec_shim"]
+        if supervisor_pid is not None:
+            shim += ["--parent", str(supervisor_pid)]
+        if job.resources.host_memory_limit_bytes is not None:
+            shim += ["--as-bytes", str(job.resources.host_memory_limit_bytes)]
+        argv = [*shim, "--", *argv]
+
+    env = dict(base_env)
+    env.update(job.env)
+    env.update(merged_env(remedies))  # after job.env: a remedy's CUDA_HOME beats the job's
+    env[RUN_ID_ENV] = run_id
+    env[ATTEMPT_ENV] = str(attempt)
+    env[LOG_DIR_ENV] = str(job.log_dir)
+    env[HEARTBEAT_DIR_ENV] = str(job.log_dir / HEARTBEAT_SUBDIR)
+    env[CONTROL_DIR_ENV] = str(job.log_dir / CONTROL_SUBDIR)
+    # Without this, a Python child block-buffers its output when it is a pipe, and a CUDA OOM
+    # traceback could sit in the buffer while the other ranks hang in NCCL.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if job.resources.gpu_memory_fraction is not None:
+        # Applied inside the training process by torch.cuda.set_per_process_memory_fraction
+        # (dsguard's callback). Not injected into PYTORCH_CUDA_ALLOC_CONF: an option the
+        # installed torch does not know aborts CUDA initialisation for the whole job.
+        env[GPU_MEMORY_FRACTION_ENV] = str(job.resources.gpu_memory_fraction)
+    if init_from is not None:
+        env[INIT_FROM_ENV] = str(init_from)
+    else:
+        env.pop(INIT_FROM_ENV, None)
+    if job.gpus is not None and job.launcher is not LauncherKind.DEEPSPEED:
+        # The DeepSpeed runner selects devices with --include and rewrites this variable.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+    return Command(argv=argv, env=env, cwd=job.workdir)

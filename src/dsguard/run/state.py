@@ -1,0 +1,119 @@
+"""The run's state: one enum, one transition table, one logged transition function.
+
+``state.json`` in the log dir mirrors the in-memory status after every transition, written
+atomically (temp file in the same directory, fsync, rename), so ``dsguard status`` and a
+restarted dsguard always read a complete document, never a torn one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from dsguard.errors import InvalidTransition
+from dsguard.run.events import EventLog, dumps
+
+STATE_FILENAME = "state.json"
+
+
+class RunState(StrEnum):
+    """Lifecycle of one ``dsguard run``.
+
+    STARTING -> RUNNING (attempt spawned) -> [ENDING (dsguard is ending the attempt: fatal line,
+    stop request)] -> BACKOFF (will relaunch) -> RUNNING ... until SUCCEEDED, GAVE_UP or STOPPED.
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    ENDING = "ending"
+    BACKOFF = "backoff"
+    SUCCEEDED = "succeeded"
+    GAVE_UP = "gave_up"
+    STOPPED = "stopped"
+
+
+TERMINAL = frozenset({RunState.SUCCEEDED, RunState.GAVE_UP, RunState.STOPPED})
+
+TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    RunState.STARTING: frozenset({RunState.RUNNING, RunState.GAVE_UP, RunState.STOPPED}),
+    RunState.RUNNING: frozenset(
+        {
+            RunState.ENDING,
+            RunState.BACKOFF,
+            RunState.SUCCEEDED,
+            RunState.GAVE_UP,
+            RunState.STOPPED,
+        }
+    ),
+    RunState.ENDING: frozenset({RunState.BACKOFF, RunState.GAVE_UP, RunState.STOPPED}),
+    RunState.BACKOFF: frozenset({RunState.RUNNING, RunState.GAVE_UP, RunState.STOPPED}),
+    RunState.SUCCEEDED: frozenset(),
+    RunState.GAVE_UP: frozenset(),
+    RunState.STOPPED: frozenset(),
+}
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Replace ``path`` with ``data`` as JSON so readers see the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(dumps(data))
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
+
+
+@dataclass
+class StateMachine:
+    """Holds the current state and the status document; the only writer of state.json."""
+
+    path: Path
+    events: EventLog
+    status: dict[str, Any] = field(default_factory=dict)
+    state: RunState = RunState.STARTING
+
+    def __post_init__(self) -> None:
+        self.status["state"] = self.state.value
+        write_json_atomic(self.path, self.status)
+
+    def update(self, **fields: Any) -> None:
+        """Change status fields without a transition (persisted immediately)."""
+        self.status.update(fields)
+        write_json_atomic(self.path, self.status)
+
+    def transition(self, to: RunState, reason: str, **fields: Any) -> None:
+        """Move to ``to``; logs ``state_changed`` and rewrites state.json.
+
+        Raises:
+            InvalidTransition: ``to`` is not reachable from the current state (a dsguard bug).
+        """
+        if to not in TRANSITIONS[self.state]:
+            raise InvalidTransition(f"{self.state} -> {to} ({reason})")
+        prev = self.state
+        self.state = to
+        self.events.emit("state_changed", from_state=prev.value, to_state=to.value, reason=reason)
+        self.status.update(fields)
+        self.status["state"] = to.value
+        self.status["reason"] = reason
+        write_json_atomic(self.path, self.status)
