@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from dsguard.errors import LockHeldError
-from dsguard.run.lock import LOCK_FILENAME, JobLockHeld, acquire, read_holder
+from dsguard.run.lock import JobLockHeld, acquire, read_holder
+from dsguard.run.logdir import LOCK_FILENAME
 
 #: A second dsguard: takes the lock, optionally starts a grandchild that inherits everything it
 #: can, says "locked <grandchild pid>", then waits to be killed.

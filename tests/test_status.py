@@ -26,7 +26,8 @@ from dsguard.cli.status import (
 )
 from dsguard.host.gpu import GpuDevice, GpuProcess, GpuSnapshot, Unknown
 from dsguard.protocol import HEARTBEAT_SUBDIR, Heartbeat, heartbeat_path
-from dsguard.run.lock import LOCK_FILENAME, acquire
+from dsguard.run.lock import acquire
+from dsguard.run.logdir import LOCK_FILENAME
 from dsguard.run.state import write_json_atomic
 
 NOW = 1_800_000_000.0

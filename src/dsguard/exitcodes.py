@@ -8,3 +8,8 @@ EXIT_GAVE_UP = 1
 EXIT_USAGE = 2
 #: EX_SOFTWARE: dsguard itself failed (a bug). systemd restarts it; it recovers from state.json.
 EXIT_INTERNAL_ERROR = 70
+
+
+def exit_code_for_signal(signum: int) -> int:
+    """128 + signal number: 130 for SIGINT, 143 for SIGTERM (the shell's convention)."""
+    return 128 + signum

@@ -31,8 +31,9 @@ from dsguard.host.gpu import snapshot as gpu_snapshot
 from dsguard.protocol import HEARTBEAT_SUBDIR
 from dsguard.run.events import format_knobs
 from dsguard.run.heartbeat import read_heartbeats
-from dsguard.run.lock import LOCK_FILENAME, read_holder
-from dsguard.run.state import STATE_FILENAME, TERMINAL, read_state
+from dsguard.run.lock import read_holder
+from dsguard.run.logdir import LOCK_FILENAME, STATE_FILENAME
+from dsguard.run.state import TERMINAL, read_state
 
 #: Tolerance when comparing a recorded process start time with psutil's (boot-time drift).
 CREATE_TIME_TOLERANCE_S = 1.0

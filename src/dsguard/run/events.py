@@ -21,7 +21,6 @@ from typing import Any, TextIO
 
 import structlog
 
-EVENTS_FILENAME = "events.jsonl"
 #: Bookkeeping events kept in the file but not shown on the console.
 CONSOLE_QUIET = frozenset({"state_changed"})
 _CONSOLE_WIDTH = 220

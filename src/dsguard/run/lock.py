@@ -41,8 +41,7 @@ from typing import Any
 import psutil
 
 from dsguard.errors import LockHeldError
-
-LOCK_FILENAME = "dsguard.lock"
+from dsguard.run.logdir import LOCK_FILENAME
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,7 @@ from dsguard.core.preflight import Problem as PreflightProblem
 from dsguard.core.preflight import check_deepspeed_config, uses_hf_trainer
 from dsguard.core.remedies import Remedy, remedy_config
 from dsguard.errors import LockHeldError
-from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE
+from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
 from dsguard.host.envfacts import detect, stale_build_locks
 from dsguard.host.gpu import GpuProbe, GpuSnapshot, ReleaseResult, wait_for_release
 from dsguard.host.memory import (
@@ -67,22 +67,16 @@ from dsguard.protocol import (
     stop_request_path,
 )
 from dsguard.run import checkpoints as ckpts
-from dsguard.run.events import EVENTS_FILENAME, EventLog
+from dsguard.run.events import EventLog
 from dsguard.run.heartbeat import capabilities, read_heartbeats
 from dsguard.run.launch import build_command, render_deepspeed_config
 from dsguard.run.lock import acquire
+from dsguard.run.logdir import EVENTS_FILENAME, STATE_FILENAME, LogDir
 from dsguard.run.proc import AttemptRef, Child, EndReport, attempt_processes, end_attempt
 from dsguard.run.proc import spawn as spawn_attempt
 from dsguard.run.resume import patch_train_batch_size
 from dsguard.run.sdnotify import Notifier, child_env
-from dsguard.run.state import (
-    STATE_FILENAME,
-    TERMINAL,
-    RunState,
-    StateMachine,
-    read_state,
-    write_json_atomic,
-)
+from dsguard.run.state import TERMINAL, RunState, StateMachine, read_state, write_json_atomic
 from dsguard.run.watch import OutputPump
 
 #: Main-loop tick while an attempt runs. Fatal lines and stop requests wake it at once (an
@@ -97,11 +91,6 @@ _RSS_SAMPLES_KEPT = 5
 _PUMP_DRAIN_S = 5.0
 #: Bound on the wait for a killed attempt's GPU memory to be released before relaunching.
 GPU_RELEASE_TIMEOUT_S = 60.0
-
-
-def exit_code_for_signal(signum: int) -> int:
-    """128 + signal number: 130 for SIGINT, 143 for SIGTERM (shell convention)."""
-    return 128 + signum
 
 
 def new_run_id(now: datetime) -> str:
@@ -325,8 +314,9 @@ class Supervisor:
     def _heartbeat_age_s(self, attempt: int) -> float | None:
         """Seconds since the newest heartbeat file of ``attempt`` was written, or None."""
         newest: float | None = None
-        hb_dir = self.job.log_dir / HEARTBEAT_SUBDIR
-        prefix = f"attempt-{attempt}-rank-"
+        logs = LogDir(self.job.log_dir)
+        hb_dir = logs.heartbeat_dir
+        prefix = logs.heartbeat_prefix(attempt)
         with contextlib.suppress(OSError):
             for entry in os.scandir(hb_dir):
                 if entry.name.startswith(prefix):

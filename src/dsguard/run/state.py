@@ -19,8 +19,6 @@ from typing import Any
 from dsguard.errors import InvalidTransition
 from dsguard.run.events import EventLog, dumps
 
-STATE_FILENAME = "state.json"
-
 
 class RunState(StrEnum):
     """Lifecycle of one ``dsguard run``.

@@ -1,0 +1,71 @@
+"""Every name dsguard gives a file or folder in a job's log dir: one home, so the loop, the
+CLI (``status``, ``events``, ``explain``) and the training side cannot drift apart.
+
+The layout (``dsguard status`` and the tests read the same names)::
+
+    LOG_DIR/
+      events.jsonl                 append-only event log, one JSON object per line
+      state.json                   the run's state, replaced atomically at every transition
+      dsguard.lock                 held by the supervising dsguard (flock)
+      attempt-N.log                the attempt's combined output, as the child wrote it
+      attempt-N.deepspeed.json     the DeepSpeed config rendered for the attempt
+      heartbeat/attempt-N-rank-R.json   progress written by the training process
+      control/stop-attempt-N.json       a request to the training process to save and stop
+
+Attempt numbers are never reused within a log dir, so a late write from a dying attempt cannot
+be mistaken for the next attempt's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsguard.protocol import CONTROL_SUBDIR, HEARTBEAT_SUBDIR, heartbeat_path, stop_request_path
+
+EVENTS_FILENAME = "events.jsonl"
+STATE_FILENAME = "state.json"
+LOCK_FILENAME = "dsguard.lock"
+
+
+@dataclass(frozen=True, slots=True)
+class LogDir:
+    """A job's log dir and the name of everything dsguard keeps in it."""
+
+    root: Path
+
+    @property
+    def events(self) -> Path:
+        return self.root / EVENTS_FILENAME
+
+    @property
+    def state(self) -> Path:
+        return self.root / STATE_FILENAME
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_FILENAME
+
+    @property
+    def heartbeat_dir(self) -> Path:
+        return self.root / HEARTBEAT_SUBDIR
+
+    @property
+    def control_dir(self) -> Path:
+        return self.root / CONTROL_SUBDIR
+
+    def attempt_log(self, attempt: int) -> Path:
+        return self.root / f"attempt-{attempt}.log"
+
+    def deepspeed_config(self, attempt: int) -> Path:
+        return self.root / f"attempt-{attempt}.deepspeed.json"
+
+    def heartbeat(self, attempt: int, rank: int) -> Path:
+        return heartbeat_path(self.heartbeat_dir, attempt, rank)
+
+    def heartbeat_prefix(self, attempt: int) -> str:
+        """The file-name prefix of ``attempt``'s heartbeats (one file per rank)."""
+        return heartbeat_path(Path(), attempt, 0).name.removesuffix("0.json")
+
+    def stop_request(self, attempt: int) -> Path:
+        return stop_request_path(self.control_dir, attempt)
