@@ -146,7 +146,7 @@ def test_run_needs_a_job_or_command(run_dsguard: Callable[..., RunResult]) -> No
 def test_supervisor_path_never_imports_torch() -> None:
     """Importing the CLI, loop, classifier and policies loads no torch/deepspeed/transformers."""
     code = (
-        "import sys, dsguard.cli.main, dsguard.run.loop, dsguard.job.file, "
+        "import sys, dsguard.cli.main, dsguard.run.loop, dsguard.job.file, dsguard.job.quickstart, "
         "dsguard.core.ladder; "
         "print(sorted(m for m in ('torch', 'deepspeed', 'transformers', 'peft') "
         "if m in sys.modules))"

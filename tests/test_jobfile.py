@@ -24,11 +24,11 @@ from dsguard.job.file import (
     TrainSection,
     _TopSection,
     job_file_schema,
-    job_from_command,
     load_job,
 )
 from dsguard.job.knobs import DEFAULT_FLAGS, FLAG_KNOBS, KNOB_NAMES, Knobs, Offload
 from dsguard.job.model import ALL_RUNGS, CheckpointSpec, Job, Ladder, LauncherKind, Limits
+from dsguard.job.quickstart import job_from_command
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "configs" / "examples" / "llama7b-sft.yaml"

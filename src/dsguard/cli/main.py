@@ -53,7 +53,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         if ns.job:
             job = _load(ns.job)
         elif command:
-            from dsguard.job.file import job_from_command
+            from dsguard.job.quickstart import job_from_command
 
             job = job_from_command(
                 command,
