@@ -790,16 +790,11 @@ def _build_resources(ctx: _Context, parsed: _Checked[ResourcesSection] | None) -
     return Resources(gpu_memory_fraction=rm.gpu_memory_fraction, host_memory_limit_bytes=host)
 
 
-def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Job | None:
-    """Cross-field checks and path resolution; ``None`` when a part needed for the Job failed
-    (its problems are already in ``ctx``)."""
-    top_c, train_c, flags_c = parsed.top, parsed.train, parsed.flags
-    ds_c, ckpt_c, ladder_c, limits_c = (
-        parsed.deepspeed,
-        parsed.checkpoints,
-        parsed.ladder,
-        parsed.limits,
-    )
+def _build_locations(
+    ctx: _Context, top_c: _Checked[_TopSection], base_dir: Path
+) -> tuple[Path | None, Path | None, str | None]:
+    """``(workdir, script, python)``, each ``None`` when it is missing or failed a check: the
+    job must not launch from a directory, script or interpreter that is not there."""
     top = top_c.model
 
     # --- where things are -------------------------------------------------------------------
@@ -831,7 +826,14 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
             python, error = _resolve_python(top.python, base_dir)
             if error:
                 ctx.add(("python",), error)
+    return workdir, script, python
 
+
+def _check_gpus_and_env(ctx: _Context, top_c: _Checked[_TopSection]) -> int:
+    """The world size ``gpus:`` and ``world_size:`` agree on (1 when neither is set); records
+    duplicate GPUs, bad environment names, and a ``CUDA_VISIBLE_DEVICES`` that would fight
+    the one dsguard sets from ``gpus:``."""
+    top = top_c.model
     # --- GPUs and environment ---------------------------------------------------------------
     world_size = 1
     if top is not None:
@@ -863,7 +865,14 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
                 ("env", "CUDA_VISIBLE_DEVICES"),
                 "conflicts with gpus:, from which dsguard sets it; remove one of them",
             )
+    return world_size
 
+
+def _build_deepspeed(
+    ctx: _Context, ds_c: _Checked[DeepSpeedSection] | None, base_dir: Path
+) -> tuple[DeepSpeedSpec | None, int | None, Offload]:
+    """The base DeepSpeed config, read and checked now (a bad one would otherwise fail only
+    after the launcher started), with the ZeRO stage and offload level it sets."""
     # --- DeepSpeed ---------------------------------------------------------------------------
     ds_model = ds_c.model if ds_c is not None else None
     ds_spec: DeepSpeedSpec | None = None
@@ -880,7 +889,19 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
                 ctx.add(("deepspeed", "config"), message)
             flag_kw = {"flag": ds_model.flag} if "flag" in ds_model.fields_set else {}
             ds_spec = DeepSpeedSpec(config_path=config_path, base=base, **flag_kw)
+    return ds_spec, ds_stage, ds_offload
 
+
+def _build_knobs(
+    ctx: _Context,
+    train_c: _Checked[TrainSection] | None,
+    ds_c: _Checked[DeepSpeedSection] | None,
+    ds_config: tuple[DeepSpeedSpec | None, int | None, Offload],
+) -> tuple[Knobs | None, set[str]]:
+    """``train:`` as :class:`Knobs` plus the knob names the user set. ZeRO stage and offload
+    come from the base DeepSpeed config unless ``train:`` overrides them; without a
+    ``deepspeed:`` section they are refused, since nothing could apply them."""
+    ds_spec, ds_stage, ds_offload = ds_config
     # --- knobs ------------------------------------------------------------------------------
     knobs: Knobs | None = None
     explicit: set[str] = set()
@@ -923,7 +944,20 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
             values["offload"] = Offload(values["offload"])
         if "micro_batch_size" not in train_c.bad:
             knobs = Knobs(**values)
+    return knobs, explicit
 
+
+def _build_flags(
+    ctx: _Context,
+    top_c: _Checked[_TopSection],
+    flags_c: _Checked[FlagsSection] | None,
+    ckpt_c: _Checked[CheckpointsSection] | None,
+    ds_spec: DeepSpeedSpec | None,
+) -> tuple[dict[str, str | None], str | None]:
+    """``(flag of each knob, resume flag)``. dsguard owns these flags (it passes them on every
+    attempt), so each must look like a flag, belong to one knob only, and be absent from
+    ``args:``, where a second copy would silently override or contradict dsguard's."""
+    top = top_c.model
     # --- flags dsguard owns -----------------------------------------------------------------
     flag_map: dict[str, str | None] = dict(DEFAULT_FLAGS)
     if flags_c is not None and flags_c.model is not None:
@@ -969,8 +1003,21 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
             reason = whys.get(_canonical_flag(arg.partition("=")[0])) if arg[:1] == "-" else None
             if reason is not None:
                 ctx.add(("args", index), f"{reason}; remove it from args")
+    return flag_map, resume_flag
 
-    # --- checkpoints, ladder, limits --------------------------------------------------------
+
+def _build_checkpoints(
+    ctx: _Context,
+    top_c: _Checked[_TopSection],
+    ckpt_c: _Checked[CheckpointsSection] | None,
+    workdir: Path | None,
+    resume_flag: str | None,
+) -> CheckpointSpec | None:
+    """``checkpoints:`` resolved against ``workdir``; its output flag in ``args:`` must point
+    at the same directory, or dsguard would look for checkpoints where none are written."""
+    top = top_c.model
+    ckpt = ckpt_c.model if ckpt_c is not None else None
+    # --- checkpoints ------------------------------------------------------------------------
     checkpoints: CheckpointSpec | None = None
     if ckpt is not None and ckpt_c is not None and "dir" not in ckpt_c.bad and workdir is not None:
         ckpt_kw: dict[str, Any] = {"resume_flag": resume_flag}
@@ -986,7 +1033,11 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
             )
         elif top is not None and "args" not in top_c.bad:
             _check_output_dir(ctx, top.args, workdir, checkpoints)
+    return checkpoints
 
+
+def _build_ladder(ctx: _Context, ladder_c: _Checked[LadderSection] | None) -> Ladder:
+    """``ladder:`` with every rung known and listed once (a typo would silently skip a rung)."""
     ladder = Ladder()
     if ladder_c is not None and ladder_c.model is not None:
         ladder_kw: dict[str, tuple[str, ...]] = {}
@@ -1010,7 +1061,14 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
                     )
                 first.setdefault(rung, index)
         ladder = Ladder(**ladder_kw)
+    return ladder
 
+
+def _build_limits(
+    ctx: _Context, limits_c: _Checked[LimitsSection] | None, knobs: Knobs | None
+) -> Limits:
+    """``limits:``; explicit floors above the starting knobs are refused, since the ladder
+    could never take its first step."""
     limits = Limits()
     if limits_c is not None and limits_c.model is not None:
         lm = limits_c.model
@@ -1044,7 +1102,23 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
                 ("limits", "min_max_length"),
                 f"{min_len} is above train.max_length ({max_len})",
             )
+    return limits
 
+
+def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Job | None:
+    """Cross-field checks and path resolution; ``None`` when a part needed for the Job failed
+    (its problems are already in ``ctx``)."""
+    top_c = parsed.top
+    top = top_c.model
+    workdir, script, python = _build_locations(ctx, top_c, base_dir)
+    world_size = _check_gpus_and_env(ctx, top_c)
+    ds_config = _build_deepspeed(ctx, parsed.deepspeed, base_dir)
+    ds_spec = ds_config[0]
+    knobs, explicit = _build_knobs(ctx, parsed.train, parsed.deepspeed, ds_config)
+    flag_map, resume_flag = _build_flags(ctx, top_c, parsed.flags, parsed.checkpoints, ds_spec)
+    checkpoints = _build_checkpoints(ctx, top_c, parsed.checkpoints, workdir, resume_flag)
+    ladder = _build_ladder(ctx, parsed.ladder)
+    limits = _build_limits(ctx, parsed.limits, knobs)
     resources = _build_resources(ctx, parsed.resources)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
         return None

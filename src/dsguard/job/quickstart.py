@@ -268,6 +268,9 @@ def _parse_python(rest: list[str], python: str, cwd: Path, problems: _Problems) 
 def _parse_distributed(
     kind: LauncherKind, rest: list[str], python: str, problems: _Problems
 ) -> _Command:
+    """``deepspeed``/``torchrun``/``accelerate launch`` options, then the script (or
+    module) and its arguments. The options become a world size and GPU list in the Job, since
+    dsguard rebuilds the launcher command on every attempt."""
     cmd = _Command(kind, python)
     found, index, understood = _scan_options(rest, _LAUNCHER_OPTIONS[kind], problems)
     if not understood:
@@ -278,31 +281,48 @@ def _parse_distributed(
     cmd.target, cmd.args = rest[index], rest[index + 1 :]
     cmd.is_module = "module" in found
     if kind is LauncherKind.DEEPSPEED:
-        if "num_gpus" in found and "include" in found:
-            problems.add("--include", "cannot be combined with --num_gpus (DeepSpeed refuses it)")
-        cmd.world_size = _positive_int(found.get("num_gpus"), "--num_gpus", problems)
-        include = found.get("include")
-        if include is not None:
-            host, _, slots = include.partition(":")
-            if "@" in include or host != "localhost":
-                problems.add("--include", f"only localhost is supported, got {include!r}")
-            elif slots:
-                cmd.gpus = _gpu_list(slots, "--include", problems)
+        _deepspeed_gpus(cmd, found, problems)
     elif kind is LauncherKind.TORCHRUN:
-        nnodes = found.get("nnodes")
-        if nnodes is not None and nnodes not in ("1", "1:1"):
-            problems.add("--nnodes", f"dsguard supervises a single node, got {nnodes!r}")
-        cmd.world_size = _positive_int(found.get("nproc"), "--nproc_per_node", problems)
+        _torchrun_gpus(cmd, found, problems)
     else:
-        cmd.world_size = _positive_int(found.get("num_processes"), "--num_processes", problems)
-        gpu_ids = found.get("gpu_ids")
-        if gpu_ids is not None and gpu_ids != "all":
-            cmd.gpus = _gpu_list(gpu_ids, "--gpu_ids", problems)
+        _accelerate_gpus(cmd, found, problems)
     if cmd.gpus is not None and cmd.world_size is not None and cmd.world_size != len(cmd.gpus):
         problems.add(
             "command", f"{cmd.world_size} processes disagree with {len(cmd.gpus)} listed GPUs"
         )
     return cmd
+
+
+def _deepspeed_gpus(cmd: _Command, found: Mapping[str, str | None], problems: _Problems) -> None:
+    """``deepspeed --num_gpus N`` or ``--include localhost:0,1``: a world size or a GPU list
+    on this host (dsguard supervises one node, so another host is refused)."""
+    if "num_gpus" in found and "include" in found:
+        problems.add("--include", "cannot be combined with --num_gpus (DeepSpeed refuses it)")
+    cmd.world_size = _positive_int(found.get("num_gpus"), "--num_gpus", problems)
+    include = found.get("include")
+    if include is not None:
+        host, _, slots = include.partition(":")
+        if "@" in include or host != "localhost":
+            problems.add("--include", f"only localhost is supported, got {include!r}")
+        elif slots:
+            cmd.gpus = _gpu_list(slots, "--include", problems)
+
+
+def _torchrun_gpus(cmd: _Command, found: Mapping[str, str | None], problems: _Problems) -> None:
+    """``torchrun --nproc_per_node N``; ``--nnodes`` other than 1 is refused (one node only)."""
+    nnodes = found.get("nnodes")
+    if nnodes is not None and nnodes not in ("1", "1:1"):
+        problems.add("--nnodes", f"dsguard supervises a single node, got {nnodes!r}")
+    cmd.world_size = _positive_int(found.get("nproc"), "--nproc_per_node", problems)
+
+
+def _accelerate_gpus(cmd: _Command, found: Mapping[str, str | None], problems: _Problems) -> None:
+    """``accelerate launch --num_processes N --gpu_ids 0,1`` (``all`` means every visible GPU,
+    the same as no list)."""
+    cmd.world_size = _positive_int(found.get("num_processes"), "--num_processes", problems)
+    gpu_ids = found.get("gpu_ids")
+    if gpu_ids is not None and gpu_ids != "all":
+        cmd.gpus = _gpu_list(gpu_ids, "--gpu_ids", problems)
 
 
 @dataclass
@@ -325,9 +345,9 @@ def _parse_bool(text: str, where: str, problems: _Problems) -> bool | None:
     return None
 
 
-def _scan_script_args(args: Sequence[str], problems: _Problems) -> _ArgScan:
-    """Take the knob flags (and ``--deepspeed``/``--resume_from_checkpoint``) out of the
-    script's arguments: dsguard passes them itself, with the values of each attempt."""
+def _knob_flags() -> dict[str, tuple[str, bool]]:
+    """Canonical flag -> ``(knob, negated)`` for every knob flag a script may carry, with the
+    ``--no_`` spelling of the boolean ones."""
     knob_of: dict[str, tuple[str, bool]] = {}  # canonical flag -> (knob, negated)
     for knob in FLAG_KNOBS:
         flag = DEFAULT_FLAGS[knob]
@@ -337,6 +357,51 @@ def _scan_script_args(args: Sequence[str], problems: _Problems) -> _ArgScan:
         no_flag = _negated(flag) if knob in _BOOL_KNOBS else None
         if no_flag is not None:
             knob_of[_canonical_flag(no_flag)] = (knob, True)
+    return knob_of
+
+
+def _bool_knob_value(
+    name: str, inline: str | None, nxt: str | None, negated: bool, problems: _Problems
+) -> tuple[bool | None, int]:
+    """A boolean knob flag's value and how many following tokens it took, read as
+    HfArgumentParser does: ``--x``, ``--x=true``, ``--x false`` and ``--no_x``."""
+    if negated:
+        if inline is not None:
+            problems.add(name, "takes no value")
+        return False, 0
+    if inline is not None:
+        return _parse_bool(inline, name, problems), 0
+    if nxt is not None and not nxt.startswith("--"):
+        return _parse_bool(nxt, name, problems), 1
+    return True, 0  # a bare HF boolean flag means true
+
+
+def _int_knob_value(
+    knob: str, name: str, inline: str | None, nxt: str | None, problems: _Problems
+) -> tuple[int | None, int]:
+    """A whole-number knob flag's value (``--x=N`` or ``--x N``) and how many following
+    tokens it took; below the knob's minimum is refused, since no attempt could run it."""
+    text = inline if inline is not None else nxt
+    used = 1 if inline is None and nxt is not None else 0
+    if text is None:
+        problems.add(name, "needs a value")
+        return None, used
+    try:
+        value = int(text)
+    except ValueError:
+        problems.add(name, f"must be a whole number, got {text!r}")
+        return None, used
+    minimum = _INT_KNOB_MINIMUM[knob]
+    if value < minimum:
+        problems.add(name, f"must be at least {minimum}, got {value}")
+        return None, used
+    return value, used
+
+
+def _scan_script_args(args: Sequence[str], problems: _Problems) -> _ArgScan:
+    """Take the knob flags (and ``--deepspeed``/``--resume_from_checkpoint``) out of the
+    script's arguments: dsguard passes them itself, with the values of each attempt."""
+    knob_of = _knob_flags()
     scan = _ArgScan()
     i = 0
     while i < len(args):
@@ -345,42 +410,20 @@ def _scan_script_args(args: Sequence[str], problems: _Problems) -> _ArgScan:
         if not token.startswith("--"):
             scan.args.append(token)
             continue
-        name, eq, inline = token.partition("=")
+        name, eq, inline_text = token.partition("=")
+        inline = inline_text if eq else None
         canon = _canonical_flag(name)
         nxt = args[i] if i < len(args) else None
         if canon in knob_of:
             knob, negated = knob_of[canon]
             if knob in scan.knobs:
                 problems.add(name, f"given twice (sets {knob})")
-            value: Any = None
+            value: int | None
             if knob in _BOOL_KNOBS:
-                if negated:
-                    if eq:
-                        problems.add(name, "takes no value")
-                    value = False
-                elif eq:
-                    value = _parse_bool(inline, name, problems)
-                elif nxt is not None and not nxt.startswith("--"):
-                    value = _parse_bool(nxt, name, problems)
-                    i += 1
-                else:
-                    value = True  # a bare HF boolean flag means true
+                value, used = _bool_knob_value(name, inline, nxt, negated, problems)
             else:
-                text = inline if eq else nxt
-                if not eq and nxt is not None:
-                    i += 1
-                if text is None:
-                    problems.add(name, "needs a value")
-                else:
-                    try:
-                        value = int(text)
-                    except ValueError:
-                        problems.add(name, f"must be a whole number, got {text!r}")
-                    else:
-                        minimum = _INT_KNOB_MINIMUM[knob]
-                        if value < minimum:
-                            problems.add(name, f"must be at least {minimum}, got {value}")
-                            value = None
+                value, used = _int_knob_value(knob, name, inline, nxt, problems)
+            i += used
             if value is not None:
                 scan.knobs[knob] = value
         elif canon == _DEEPSPEED_FLAG:
@@ -410,6 +453,56 @@ def _sanitise_name(stem: str) -> str:
     return name or "job"
 
 
+def _target_of(
+    target: str, is_module: bool, cwd: Path, problems: _Problems
+) -> tuple[Path | None, str | None]:
+    """``(script, module)``: the script must exist now, before anything launches."""
+    script: Path | None = None
+    module: str | None = None
+    if is_module:
+        module = target
+        if not _MODULE_RE.match(module):
+            problems.add("module", f"not a python module name: {module!r}")
+    else:
+        script = _absolute(cwd, target)
+        if not script.is_file():
+            problems.add("script", f"script not found: {script}")
+    return script, module
+
+
+def _deepspeed_of(
+    text: str, cwd: Path, problems: _Problems
+) -> tuple[DeepSpeedSpec | None, dict[str, Any]]:
+    """``--deepspeed PATH`` as the base DeepSpeed config, and the ZeRO stage and offload
+    knobs it sets (empty when it cannot be read)."""
+    config_path = _absolute(cwd, text)
+    base, error = _read_ds_config(config_path)
+    if base is None:
+        problems.add(_DEEPSPEED_FLAG, str(error))
+        return None, {}
+    stage, offload, errors = _ds_knobs(base, config_path)
+    for message in errors:
+        problems.add(_DEEPSPEED_FLAG, message)
+    conflict = _offload_conflict(stage, offload)
+    if conflict is not None and stage is not None:
+        problems.add(_DEEPSPEED_FLAG, f"{config_path}: {conflict}")
+    deepspeed = DeepSpeedSpec(config_path=config_path, base=base, flag=_DEEPSPEED_FLAG)
+    return deepspeed, {"zero_stage": stage, "offload": offload}
+
+
+def _job_name(name: str | None, target: str, is_module: bool, problems: _Problems) -> str:
+    """The given name, checked, or one made from the script's stem (or the module's name)."""
+    if name is None:
+        stem = target if is_module else Path(target).stem
+        return _sanitise_name(stem)
+    if not _NAME_RE.match(name):
+        problems.add(
+            "name",
+            f"{name!r} is not a valid job name; {_HINTS[('name', 'string_pattern_mismatch')]}",
+        )
+    return name
+
+
 def job_from_command(
     argv: Sequence[str],
     *,
@@ -432,17 +525,7 @@ def job_from_command(
     cmd = _parse_launcher(argv, cwd, problems)
     if cmd is None or cmd.target is None:
         raise JobFileError(problems.items)
-
-    script: Path | None = None
-    module: str | None = None
-    if cmd.is_module:
-        module = cmd.target
-        if not _MODULE_RE.match(module):
-            problems.add("module", f"not a python module name: {module!r}")
-    else:
-        script = _absolute(cwd, cmd.target)
-        if not script.is_file():
-            problems.add("script", f"script not found: {script}")
+    script, module = _target_of(cmd.target, cmd.is_module, cwd, problems)
 
     scan = _scan_script_args(cmd.args, problems)
     explicit = set(scan.knobs)
@@ -452,33 +535,14 @@ def job_from_command(
 
     deepspeed: DeepSpeedSpec | None = None
     if scan.deepspeed is not None:
-        config_path = _absolute(cwd, scan.deepspeed)
-        base, error = _read_ds_config(config_path)
-        if base is None:
-            problems.add(_DEEPSPEED_FLAG, str(error))
-        else:
-            stage, offload, errors = _ds_knobs(base, config_path)
-            for message in errors:
-                problems.add(_DEEPSPEED_FLAG, message)
-            conflict = _offload_conflict(stage, offload)
-            if conflict is not None and stage is not None:
-                problems.add(_DEEPSPEED_FLAG, f"{config_path}: {conflict}")
-            values.update(zero_stage=stage, offload=offload)
-            explicit |= {"zero_stage", "offload"}
-            deepspeed = DeepSpeedSpec(config_path=config_path, base=base, flag=_DEEPSPEED_FLAG)
+        deepspeed, ds_values = _deepspeed_of(scan.deepspeed, cwd, problems)
+        values.update(ds_values)
+        explicit |= set(ds_values)
 
     checkpoints = (
         CheckpointSpec(dir=_absolute(cwd, scan.output_dir)) if scan.output_dir is not None else None
     )
-
-    if name is None:
-        stem = cmd.target if cmd.is_module else Path(cmd.target).stem
-        name = _sanitise_name(stem)
-    elif not _NAME_RE.match(name):
-        problems.add(
-            "name",
-            f"{name!r} is not a valid job name; {_HINTS[('name', 'string_pattern_mismatch')]}",
-        )
+    name = _job_name(name, cmd.target, cmd.is_module, problems)
     if problems.items:
         raise JobFileError(problems.items)
 
