@@ -244,6 +244,86 @@ def _current_user(environ: Mapping[str, str]) -> str:
     return environ.get("SUDO_USER") or pwd.getpwuid(os.getuid()).pw_name
 
 
+def _checked_binary(dsguard_bin: Path | None) -> Path:
+    """The dsguard executable the unit will run, absolute: the service starts with another
+    working directory and PATH, so a relative or missing binary would fail only at boot."""
+    binary = dsguard_bin if dsguard_bin is not None else default_dsguard_bin()
+    if binary is None:
+        raise ServiceInstallError("cannot find the dsguard executable; pass its path")
+    binary = binary.absolute()
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        raise ServiceInstallError(f"{binary}: not an executable file")
+    return binary
+
+
+def _write_template_unit(unit_dir: Path, force: bool, notes: list[str]) -> tuple[Path, str]:
+    """``(unit path, what was done)``. A unit that differs from this dsguard's is kept unless
+    ``force``: the admin may have edited it, and overwriting would silently lose that."""
+    unit_path = unit_dir / UNIT_NAME
+    try:
+        existing: str | None = unit_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        existing = None
+    if existing == UNIT_TEXT:
+        unit_action = "unchanged"
+    elif existing is None or force:
+        _write_atomic(unit_path, UNIT_TEXT, 0o644)
+        unit_action = "written" if existing is None else "updated"
+    else:
+        unit_action = "kept"
+        notes.append(
+            f"{unit_path} differs from this dsguard's unit and was left as it is; "
+            "install with --force to replace it (edits there are lost; use drop-ins)"
+        )
+    return unit_path, unit_action
+
+
+def _write_run_as_dropin(unit_dir: Path, job_name: str, who: str, notes: list[str]) -> Path | None:
+    """System manager: a per-instance drop-in so the job runs as ``who``, not as root, and
+    its checkpoints and logs belong to that user (root-owned ones the user could not clean up)."""
+    if who == "root":
+        notes.append("the job will run as root: pass a user to run it as another user")
+        return None
+    try:
+        pw = pwd.getpwnam(who)
+    except KeyError:
+        raise ServiceInstallError(f"no such user: {who!r}") from None
+    dropin_path = unit_dir / f"dsguard@{job_name}.service.d" / "10-user.conf"
+    group = _group_name(pw.pw_gid)
+    _write_atomic(
+        dropin_path,
+        "# Written by `dsguard service install`: the job runs as this user, not root.\n"
+        f"[Service]\nUser={who}\nGroup={group}\n",
+        0o644,
+    )
+    return dropin_path
+
+
+def _user_manager_advice(
+    env: Mapping[str, str],
+    env_dir_default: bool,
+    linger_dir: Path,
+    commands: list[str],
+    notes: list[str],
+) -> None:
+    """User manager: without lingering the job stops at the last logout, and a
+    ``XDG_CONFIG_HOME`` the manager does not share makes it miss the env file."""
+    who = _current_user(env)
+    if not (linger_dir / who).exists():
+        commands.append(f"loginctl enable-linger {shlex.quote(who)}")
+        notes.append(
+            "lingering is off: without `loginctl enable-linger` your user manager, and "
+            "this job with it, stops when your last session ends (SSH logout)"
+        )
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    home_config = Path(env.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir) / ".config"
+    if env_dir_default and xdg and _config_home(env) != home_config:
+        notes.append(
+            f"XDG_CONFIG_HOME={xdg}: make sure your systemd user manager has the same "
+            "value, or it will look for the env file under ~/.config/dsguard"
+        )
+
+
 def install(
     job_path: Path,
     *,
@@ -282,12 +362,7 @@ def install(
     env = os.environ if environ is None else environ
     job = load_job(job_path)
     job_file = job.source if job.source is not None else job_path.resolve()
-    binary = dsguard_bin if dsguard_bin is not None else default_dsguard_bin()
-    if binary is None:
-        raise ServiceInstallError("cannot find the dsguard executable; pass its path")
-    binary = binary.absolute()
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        raise ServiceInstallError(f"{binary}: not an executable file")
+    binary = _checked_binary(dsguard_bin)
 
     if unit_dir is None:
         unit_dir = _config_home(env) / "systemd" / "user" if user else Path("/etc/systemd/system")
@@ -296,63 +371,19 @@ def install(
         env_dir = _config_home(env) / "dsguard" if user else Path("/etc/dsguard")
     notes: list[str] = []
 
-    unit_path = unit_dir / UNIT_NAME
-    try:
-        existing: str | None = unit_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        existing = None
-    if existing == UNIT_TEXT:
-        unit_action = "unchanged"
-    elif existing is None or force:
-        _write_atomic(unit_path, UNIT_TEXT, 0o644)
-        unit_action = "written" if existing is None else "updated"
-    else:
-        unit_action = "kept"
-        notes.append(
-            f"{unit_path} differs from this dsguard's unit and was left as it is; "
-            "install with --force to replace it (edits there are lost; use drop-ins)"
-        )
-
+    unit_path, unit_action = _write_template_unit(unit_dir, force, notes)
     env_path = env_dir / f"{job.name}.env"
     _write_atomic(env_path, render_env_file(job.name, binary, job_file, env), 0o600)
 
     dropin_path: Path | None = None
     if not user:
-        who = run_as or _current_user(env)
-        if who != "root":
-            try:
-                pw = pwd.getpwnam(who)
-            except KeyError:
-                raise ServiceInstallError(f"no such user: {who!r}") from None
-            dropin_path = unit_dir / f"dsguard@{job.name}.service.d" / "10-user.conf"
-            group = _group_name(pw.pw_gid)
-            _write_atomic(
-                dropin_path,
-                "# Written by `dsguard service install`: the job runs as this user, not root.\n"
-                f"[Service]\nUser={who}\nGroup={group}\n",
-                0o644,
-            )
-        else:
-            notes.append("the job will run as root: pass a user to run it as another user")
+        dropin_path = _write_run_as_dropin(unit_dir, job.name, run_as or _current_user(env), notes)
 
     systemctl = "systemctl --user" if user else "systemctl"
     instance = f"dsguard@{job.name}"
     commands = [f"{systemctl} daemon-reload && {systemctl} enable --now {instance}"]
     if user:
-        who = _current_user(env)
-        if not (linger_dir / who).exists():
-            commands.append(f"loginctl enable-linger {shlex.quote(who)}")
-            notes.append(
-                "lingering is off: without `loginctl enable-linger` your user manager, and "
-                "this job with it, stops when your last session ends (SSH logout)"
-            )
-        xdg = env.get("XDG_CONFIG_HOME", "")
-        home_config = Path(env.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir) / ".config"
-        if env_dir_default and xdg and _config_home(env) != home_config:
-            notes.append(
-                f"XDG_CONFIG_HOME={xdg}: make sure your systemd user manager has the same "
-                "value, or it will look for the env file under ~/.config/dsguard"
-            )
+        _user_manager_advice(env, env_dir_default, linger_dir, commands, notes)
     grace = job.limits.stop_grace_s
     if grace + STOP_OVERHEAD_S > UNIT_TIMEOUT_STOP_S:
         notes.append(
