@@ -64,8 +64,9 @@ class FailureKind(StrEnum):
 # Root-cause priority, strongest first. Consequences rank below their causes: one rank's CUDA
 # OOM makes the other ranks' collectives time out (nccl_error) and every rank print a
 # traceback (user_code_error); a rank the kernel OOM-killed makes its peers' NCCL calls fail.
-# killed_externally (not in the brief's list) sits above nccl_error for the same reason, and
-# below the kinds whose own message explains the death. host_oom outranks the build kinds
+# killed_externally (a SIGKILL that nothing in the output explains and no OOM-kill counter
+# confirms, see classify()) sits above nccl_error for the same reason, and below the kinds
+# whose own message explains the death. host_oom outranks the build kinds
 # because a compiler killed by the OOM killer surfaces as a build failure.
 _PRIORITY: tuple[FailureKind, ...] = (
     FailureKind.CUDA_OOM,

@@ -93,11 +93,17 @@ class Limits:
 class Resources:
     """Per-job caps, so two jobs can share one workstation.
 
-    ``gpu_memory_fraction`` is enforced inside the training process by torch's own
-    per-process cap (the dsguard callback sets it; the supervisor also passes it through
-    ``PYTORCH_CUDA_ALLOC_CONF``). ``host_memory_limit_bytes`` is a real kernel limit on every
-    process of the attempt (RLIMIT_AS, per process: virtual address space, which CUDA inflates
-    with its reservations; use it for CPU training, or systemd's MemoryMax for a GPU job).
+    ``gpu_memory_fraction`` is enforced inside the training process, by torch's own
+    per-process cap: the supervisor passes it only as ``DSGUARD_GPU_MEMORY_FRACTION``
+    (:data:`dsguard.protocol.GPU_MEMORY_FRACTION_ENV`), and ``DsguardCallback``
+    (:mod:`dsguard.integrations.hf`, which the reference trainer installs first) calls
+    ``torch.cuda.set_per_process_memory_fraction`` on its rank's GPU. It never goes through
+    ``PYTORCH_CUDA_ALLOC_CONF``, so a script without the callback runs uncapped, but a torch
+    that does not know an allocator option cannot abort the job.
+
+    ``host_memory_limit_bytes`` is a real kernel limit on every process of the attempt
+    (RLIMIT_AS, per process: virtual address space, which CUDA inflates with its
+    reservations; use it for CPU training, or systemd's MemoryMax for a GPU job).
     """
 
     gpu_memory_fraction: float | None = None

@@ -220,9 +220,11 @@ def build_command(
     # traceback could sit in the buffer while the other ranks hang in NCCL.
     env.setdefault("PYTHONUNBUFFERED", "1")
     if job.resources.gpu_memory_fraction is not None:
-        # Applied inside the training process by torch.cuda.set_per_process_memory_fraction
-        # (dsguard's callback). Not injected into PYTORCH_CUDA_ALLOC_CONF: an option the
-        # installed torch does not know aborts CUDA initialisation for the whole job.
+        # Only an environment variable: DsguardCallback (integrations/hf.py) reads it in each
+        # rank and calls torch.cuda.set_per_process_memory_fraction on that rank's GPU; a
+        # script without the callback runs uncapped. Deliberately not injected into
+        # PYTORCH_CUDA_ALLOC_CONF: an option the installed torch does not know aborts CUDA
+        # initialisation for the whole job.
         env[GPU_MEMORY_FRACTION_ENV] = str(job.resources.gpu_memory_fraction)
     if init_from is not None:
         env[INIT_FROM_ENV] = str(init_from)
