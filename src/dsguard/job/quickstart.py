@@ -34,7 +34,7 @@ from dsguard.job.file import (
     _read_ds_config,
     _resolve_python,
 )
-from dsguard.job.knobs import DEFAULT_FLAGS, FLAG_KNOBS, Knobs
+from dsguard.job.knobs import DEFAULT_FLAGS, FLAG_KNOBS, Knobs, Offload
 from dsguard.job.model import CheckpointSpec, DeepSpeedSpec, Job, LauncherKind
 
 __all__ = ["job_from_command"]
@@ -472,14 +472,14 @@ def _target_of(
 
 def _deepspeed_of(
     text: str, cwd: Path, problems: _Problems
-) -> tuple[DeepSpeedSpec | None, dict[str, Any]]:
-    """``--deepspeed PATH`` as the base DeepSpeed config, and the ZeRO stage and offload
-    knobs it sets (empty when it cannot be read)."""
+) -> tuple[DeepSpeedSpec, int | None, Offload] | None:
+    """``--deepspeed PATH`` as the base DeepSpeed config, with the ZeRO stage and offload
+    level it sets; None when it cannot be read."""
     config_path = _absolute(cwd, text)
     base, error = _read_ds_config(config_path)
     if base is None:
         problems.add(_DEEPSPEED_FLAG, str(error))
-        return None, {}
+        return None
     stage, offload, errors = _ds_knobs(base, config_path)
     for message in errors:
         problems.add(_DEEPSPEED_FLAG, message)
@@ -487,7 +487,7 @@ def _deepspeed_of(
     if conflict is not None and stage is not None:
         problems.add(_DEEPSPEED_FLAG, f"{config_path}: {conflict}")
     deepspeed = DeepSpeedSpec(config_path=config_path, base=base, flag=_DEEPSPEED_FLAG)
-    return deepspeed, {"zero_stage": stage, "offload": offload}
+    return deepspeed, stage, offload
 
 
 def _job_name(name: str | None, target: str, is_module: bool, problems: _Problems) -> str:
@@ -534,10 +534,11 @@ def job_from_command(
     values.setdefault("gradient_accumulation_steps", _HF_ACCUMULATION_DEFAULT)
 
     deepspeed: DeepSpeedSpec | None = None
-    if scan.deepspeed is not None:
-        deepspeed, ds_values = _deepspeed_of(scan.deepspeed, cwd, problems)
-        values.update(ds_values)
-        explicit |= set(ds_values)
+    ds_read = _deepspeed_of(scan.deepspeed, cwd, problems) if scan.deepspeed is not None else None
+    if ds_read is not None:
+        deepspeed, stage, offload = ds_read
+        values.update(zero_stage=stage, offload=offload)
+        explicit |= {"zero_stage", "offload"}
 
     checkpoints = (
         CheckpointSpec(dir=_absolute(cwd, scan.output_dir)) if scan.output_dir is not None else None
