@@ -91,7 +91,7 @@ class Heartbeat(msgspec.Struct, frozen=True):
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON document (what :func:`encode_heartbeat` writes), as builtins."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
+        out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(self))
         return out
 
 

@@ -18,6 +18,7 @@ prints the README's event table from these definitions.
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 from typing import Any, Final, Literal
@@ -482,7 +483,8 @@ def validate(name: str, fields: dict[str, Any]) -> Event:
 
 def _type_text(tp: object) -> str:
     text = str(tp) if not isinstance(tp, type) else tp.__name__
-    text = text.replace("typing.", "").replace("dsguard.core.events.", "")
+    # Module paths off: ``typing.Any``, ``dsguard.core.events.X`` (``__main__.X`` under -m).
+    text = re.sub(r"\b(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_])", "", text)
     return text.replace("|", "\\|")  # a bare | would split the markdown table cell
 
 
