@@ -21,14 +21,15 @@ def fixed_now() -> datetime:
 def test_event_has_required_keys_and_units(tmp_path: Path) -> None:
     """ts, event, run_id, attempt on every line; bound attempt carried to later events."""
     log = EventLog(tmp_path / "events.jsonl", run_id="R", now=fixed_now, job="j")
-    log.emit("run_started", pid=1)
+    log.emit("build_lock_removed", path="/x/lock")
     log.bind(attempt=2)
-    log.emit("attempt_finished", exit_code=1, duration_s=1.5)
+    log.emit("attempt_ended", by="fatal", terminated_pids=[], killed_pids=[], survivor_pids=[],
+             duration_s=1.5)  # fmt: skip
     log.close()
     events = list(read_events(tmp_path / "events.jsonl"))
     assert events[0] == {
-        "ts": "2026-11-22T02:00:00.123+00:00", "event": "run_started", "run_id": "R",
-        "attempt": None, "job": "j", "pid": 1,
+        "ts": "2026-11-22T02:00:00.123+00:00", "event": "build_lock_removed", "run_id": "R",
+        "attempt": None, "job": "j", "path": "/x/lock",
     }  # fmt: skip
     assert events[1]["attempt"] == 2 and events[1]["duration_s"] == 1.5
 
@@ -37,11 +38,11 @@ def test_log_appends_and_never_rewrites(tmp_path: Path) -> None:
     """A second EventLog on the same file (a restarted dsguard) appends after the old lines."""
     path = tmp_path / "events.jsonl"
     a = EventLog(path, run_id="A")
-    a.emit("run_started")
+    a.emit("build_lock_removed", path="/x/lock")
     a.close()
     before = path.read_bytes()
     b = EventLog(path, run_id="B")
-    b.emit("run_started")
+    b.emit("build_lock_removed", path="/x/lock")
     b.close()
     after = path.read_bytes()
     assert after.startswith(before)
@@ -56,7 +57,7 @@ def test_concurrent_emitters_write_whole_lines(tmp_path: Path) -> None:
 
     def work(i: int) -> None:
         for j in range(200):
-            log.emit("tick", thread=i, n=j, blob=blob)
+            log.emit("state_changed", from_state=str(i), to_state=str(j), reason=blob)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
     for t in threads:
@@ -66,7 +67,7 @@ def test_concurrent_emitters_write_whole_lines(tmp_path: Path) -> None:
     log.close()
     lines = path.read_text().splitlines()
     assert len(lines) == 1600
-    assert all(json.loads(line)["blob"] == blob for line in lines)
+    assert all(json.loads(line)["reason"] == blob for line in lines)
 
 
 def test_read_events_skips_a_torn_last_line(tmp_path: Path) -> None:
@@ -87,7 +88,7 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError):
         write_json_atomic(path, {"state": Boom()})
-    assert read_state(path) == {"state": "running"}
+    assert read_state(path).state == "running"
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp file left
 
 
@@ -97,8 +98,8 @@ def test_transitions_are_logged_and_persisted(tmp_path: Path) -> None:
     sm = StateMachine(tmp_path / "state.json", log, status={"job": "j"})
     sm.transition(RunState.RUNNING, "attempt 1 started", attempt=1)
     sm.transition(RunState.BACKOFF, "cuda_oom")
-    assert read_state(tmp_path / "state.json")["state"] == "backoff"
-    assert read_state(tmp_path / "state.json")["attempt"] == 1
+    assert read_state(tmp_path / "state.json").state == "backoff"
+    assert read_state(tmp_path / "state.json").attempt == 1
     changes = [e for e in read_events(tmp_path / "events.jsonl") if e["event"] == "state_changed"]
     assert [(e["from_state"], e["to_state"]) for e in changes] == [
         ("starting", "running"), ("running", "backoff")

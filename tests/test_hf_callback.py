@@ -49,7 +49,7 @@ def fake_args(tmp: Path, rank: int = 0) -> Any:
 
 def read_beat(tmp: Path, attempt: int = 3, rank: int = 0) -> protocol.Heartbeat:
     path = protocol.heartbeat_path(tmp / "hb", attempt, rank)
-    return protocol.Heartbeat.from_dict(json.loads(path.read_text()))
+    return protocol.decode_heartbeat(path.read_bytes())
 
 
 def request_stop(tmp: Path, attempt: int = 3) -> Path:

@@ -1,17 +1,19 @@
 """The contract between the supervisor and code running inside the training process.
 
-Pure constants and (de)serialisers, no torch: imported by the supervisor (which reads
-heartbeats and writes stop requests) and by ``dsguard.integrations.hf`` (which writes
-heartbeats and honours requests). Everything travels through files under the job's log dir,
-named by attempt so a late write from a dying attempt can never be mistaken for the next
-attempt's, and written atomically (temp file + rename) so readers never see half a document.
+Pure constants and (de)serialisers, the standard library and msgspec only (no torch):
+imported by the supervisor (which reads heartbeats and writes stop requests) and by
+``dsguard.integrations.hf`` (which writes heartbeats and honours requests). Everything
+travels through files under the job's log dir, named by attempt so a late write from a dying
+attempt can never be mistaken for the next attempt's, and written atomically (temp file +
+rename) so readers never see half a document.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 # -- environment variables set by the supervisor for every attempt ---------------------------
 RUN_ID_ENV = "DSGUARD_RUN_ID"
@@ -53,12 +55,20 @@ def stop_request_path(control_dir: Path, attempt: int) -> Path:
     return control_dir / f"stop-attempt-{attempt}.json"
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+#: Bumped when a heartbeat field changes type or meaning. A heartbeat without the key comes
+#: from a trainer with an older dsguard: same layout as version 1.
+HEARTBEAT_SCHEMA_VERSION: Final = 1
+
+
+class Heartbeat(msgspec.Struct, frozen=True):
     """One rank's latest progress report.
 
     ``event`` is what triggered the write: train_begin, step, save, stop_requested, train_end.
     Memory figures are the torch caching allocator's for CUDA (None on CPU), host RSS always.
+
+    Unknown keys are ignored, not refused: the training environment may have a newer dsguard
+    than the supervisor, and refusing its heartbeats would hide the run's progress and its
+    capabilities (save-and-stop) from the supervisor.
     """
 
     attempt: int
@@ -76,53 +86,24 @@ class Heartbeat:
     num_ooms: int | None = None
     host_rss_bytes: int | None = None
     last_checkpoint: str | None = None
-    capabilities: tuple[str, ...] = field(default=())
+    capabilities: tuple[str, ...] = ()
+    schema_version: int = HEARTBEAT_SCHEMA_VERSION
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "rank": self.rank,
-            "pid": self.pid,
-            "time_s": self.time_s,
-            "event": self.event,
-            "global_step": self.global_step,
-            "max_steps": self.max_steps,
-            "loss": self.loss,
-            "epoch": self.epoch,
-            "max_memory_allocated_bytes": self.max_memory_allocated_bytes,
-            "max_memory_reserved_bytes": self.max_memory_reserved_bytes,
-            "num_alloc_retries": self.num_alloc_retries,
-            "num_ooms": self.num_ooms,
-            "host_rss_bytes": self.host_rss_bytes,
-            "last_checkpoint": self.last_checkpoint,
-            "capabilities": list(self.capabilities),
-        }
+        """The JSON document (what :func:`encode_heartbeat` writes), as builtins."""
+        out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(self))
+        return out
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Heartbeat:
-        def opt_int(key: str) -> int | None:
-            v = d.get(key)
-            return None if v is None else int(v)
 
-        def opt_float(key: str) -> float | None:
-            v = d.get(key)
-            return None if v is None else float(v)
+def encode_heartbeat(beat: Heartbeat) -> bytes:
+    """The heartbeat file's content."""
+    return msgspec.json.encode(beat)
 
-        return cls(
-            attempt=int(d["attempt"]),
-            rank=int(d["rank"]),
-            pid=int(d["pid"]),
-            time_s=float(d["time_s"]),
-            event=str(d["event"]),
-            global_step=int(d["global_step"]),
-            max_steps=opt_int("max_steps"),
-            loss=opt_float("loss"),
-            epoch=opt_float("epoch"),
-            max_memory_allocated_bytes=opt_int("max_memory_allocated_bytes"),
-            max_memory_reserved_bytes=opt_int("max_memory_reserved_bytes"),
-            num_alloc_retries=opt_int("num_alloc_retries"),
-            num_ooms=opt_int("num_ooms"),
-            host_rss_bytes=opt_int("host_rss_bytes"),
-            last_checkpoint=d.get("last_checkpoint"),
-            capabilities=tuple(str(c) for c in d.get("capabilities") or ()),
-        )
+
+def decode_heartbeat(data: bytes | str) -> Heartbeat:
+    """A heartbeat file's content as a :class:`Heartbeat`.
+
+    Raises:
+        msgspec.DecodeError: not JSON, or a missing or mistyped field (a ValueError).
+    """
+    return msgspec.json.decode(data, type=Heartbeat)

@@ -33,7 +33,7 @@ from dsguard.run.events import format_knobs
 from dsguard.run.heartbeat import read_heartbeats
 from dsguard.run.lock import read_holder
 from dsguard.run.logdir import LOCK_FILENAME, STATE_FILENAME
-from dsguard.run.state import TERMINAL, read_state
+from dsguard.run.state import TERMINAL, State, read_state
 
 #: Tolerance when comparing a recorded process start time with psutil's (boot-time drift).
 CREATE_TIME_TOLERANCE_S = 1.0
@@ -72,12 +72,36 @@ def pid_alive(pid: object, *, create_time: object = None, not_before: object = N
     return True
 
 
-def _get(state: Mapping[str, Any], key: str) -> Any:
-    """A field at the top of state.json, else inside its ``ledger`` (both layouts exist)."""
-    if key in state:
-        return state[key]
-    ledger = state.get("ledger")
-    return ledger.get(key) if isinstance(ledger, dict) else None
+def _ledger(state: State | None) -> dict[str, Any]:
+    """The loop's ledger in state.json (its layout is the loop's: read by key, defensively)."""
+    ledger = None if state is None else state.ledger
+    return ledger if isinstance(ledger, dict) else {}
+
+
+def _state_fields(state: State | None) -> dict[str, Any]:
+    """What status shows from state.json. A top-level field that is absent (an older file,
+    or a run that has not got that far) is taken from the ledger when the ledger has it."""
+    ledger = _ledger(state)
+    if state is None:
+        keys = ("job", "run_id", "state", "reason", "attempt", "phase", "knobs", "global_batch",
+                "positions", "attempt_log", "resume_from", "delay_s")  # fmt: skip
+        return {**dict.fromkeys(keys), "history": []}
+    history = ledger.get("history")
+    return {
+        "job": state.job,
+        "run_id": state.run_id,
+        "state": state.state.value,
+        "reason": state.reason,
+        "attempt": state.attempt if state.attempt is not None else ledger.get("attempt"),
+        "phase": state.phase if state.phase is not None else ledger.get("phase"),
+        "knobs": state.knobs if state.knobs is not None else ledger.get("knobs"),
+        "global_batch": state.global_batch,
+        "positions": ledger.get("positions"),
+        "attempt_log": state.attempt_log,
+        "resume_from": state.resume_from,
+        "delay_s": state.delay_s,
+        "history": history if isinstance(history, list) else [],
+    }
 
 
 def _heartbeats(log_dir: Path, attempt: object, now: float) -> dict[str, Any] | None:
@@ -157,7 +181,7 @@ def collect(
         "collected_at": datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds"),
         "problems": [],
     }
-    state: dict[str, Any] = {}
+    state: State | None = None
     state_path = log_dir / STATE_FILENAME
     try:
         state = read_state(state_path)
@@ -165,22 +189,19 @@ def collect(
         d["problems"].append(f"{state_path}: no state file (dsguard never ran with this log dir)")
     except (OSError, ValueError) as exc:
         d["problems"].append(f"{state_path}: unreadable: {exc}")
-    d["has_state"] = bool(state)
+    d["has_state"] = state is not None
 
-    for key in ("job", "run_id", "state", "reason", "attempt", "phase", "knobs", "global_batch",
-                "positions", "attempt_log", "resume_from", "delay_s"):  # fmt: skip
-        d[key] = _get(state, key)
-    history = _get(state, "history")
-    d["history"] = history if isinstance(history, list) else []
+    d.update(_state_fields(state))
     d["last_failure"] = next(
         (h for h in reversed(d["history"]) if isinstance(h, dict) and h.get("kind")), None
     )
 
     # The supervisor: state.json's pid (with its start time), else the lock file's record.
     holder = read_holder(log_dir / LOCK_FILENAME)
-    sup_pid, sup_ct = state.get("pid"), state.get("pid_create_time")
+    sup_pid: int | None = None if state is None else state.pid
+    sup_ct: float | None = None if state is None else state.pid_create_time
     source = "state.json"
-    if not isinstance(sup_pid, int) and holder is not None:
+    if sup_pid is None and holder is not None:
         sup_pid, sup_ct, source = holder.pid, holder.create_time, LOCK_FILENAME
     alive = pid_alive(sup_pid, create_time=sup_ct)
     d["supervisor"] = {
@@ -191,9 +212,9 @@ def collect(
         "started_at": holder.started_at if holder is not None and holder.pid == sup_pid else None,
     }
     # The attempt's launcher: its start time cannot predate the attempt's recorded start.
-    current = state.get("current_attempt")
-    child_pid = state.get("pid_child")
-    not_before = current.get("started_epoch_s") if isinstance(current, dict) else None
+    current = None if state is None else state.current_attempt
+    child_pid = None if state is None else state.pid_child
+    not_before = None if current is None else current.started_epoch_s
     d["attempt_process"] = (
         None
         if child_pid is None
@@ -204,17 +225,17 @@ def collect(
     terminal = run_state in {s.value for s in TERMINAL}
     d["running"] = alive is True
     # Stale only when the recorded dsguard is known to be gone; no recorded pid is "unknown".
-    d["stale"] = bool(state) and not terminal and alive is False
+    d["stale"] = state is not None and not terminal and alive is False
     if d["stale"]:
         d["problems"].append(
             f"state.json says {run_state!r} but dsguard (pid {sup_pid}) is not running: "
             "it was killed or crashed; `dsguard run` resumes the job"
         )
-    elif state and not terminal and alive is None:
+    elif state is not None and not terminal and alive is None:
         d["problems"].append("no dsguard pid recorded: cannot tell whether it is running")
 
-    d["heartbeat"] = _heartbeats(log_dir, d["attempt"], t) if state else None
-    ckpt_dir = _get(state, "checkpoint_dir") or _get(state, "ckpt_dir")
+    d["heartbeat"] = _heartbeats(log_dir, d["attempt"], t) if state is not None else None
+    ckpt_dir = (None if state is None else state.checkpoint_dir) or _ledger(state).get("ckpt_dir")
     d["checkpoint"] = _newest_checkpoint(ckpt_dir, t)
 
     if gpu is None:

@@ -25,7 +25,6 @@ Rules this code keeps (docs/resume-semantics.md, section 5):
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -189,8 +188,8 @@ class DsguardCallback(TrainerCallback):
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(json.dumps(beat.as_dict()))
+                with os.fdopen(fd, "wb") as f:
+                    f.write(protocol.encode_heartbeat(beat))
                 os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from other readers
                 os.replace(tmp, path)
             except BaseException:

@@ -2,9 +2,19 @@
 
 Every line is written with a single ``os.write`` on an ``O_APPEND`` descriptor, so a reader (or
 a dsguard killed mid-run) never sees half a line interleaved with another, and nothing
-already written is ever rewritten. structlog carries the bound context (``run_id``,
-``attempt``) and the timestamp; the sink renders JSON for the file and a short human line for
-the console.
+already written is ever rewritten.
+
+structlog is the pipeline: the context (``run_id``, ``job``, then ``attempt``) is bound per run
+and per attempt, and one processor chain (redact secrets, stamp, render) produces both the
+JSON line for the file and the short human line for the console, so what the console shows
+can never hold a value the file had redacted, or the other way round.
+
+Every event is checked against its record in :mod:`dsguard.core.events` before it is written.
+``strict`` decides what a mismatch does: under tests (``PYTEST_CURRENT_TEST`` is set, also in
+the dsguard processes a test starts) it raises, so a drifting call site fails its test; in
+production it never does (a log problem must not take a night's training down): the event is
+written as given, followed by one ``event_invalid`` note naming the problem.
+``DSGUARD_STRICT_EVENTS=1`` / ``=0`` overrides the detection either way.
 """
 
 from __future__ import annotations
@@ -12,18 +22,36 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any, TextIO
 
-import structlog
+import msgspec
+
+from dsguard.core.events import Event, UnknownEvent, event_name, validate
 
 #: Bookkeeping events kept in the file but not shown on the console.
 CONSOLE_QUIET = frozenset({"state_changed"})
 _CONSOLE_WIDTH = 220
+#: Overrides the test/production detection of ``strict`` ("1": raise, "0": note and go on).
+STRICT_ENV = "DSGUARD_STRICT_EVENTS"
+REDACTED = "<redacted>"
+
+
+class EventSchemaError(ValueError):
+    """An event that does not match its definition in :mod:`dsguard.core.events` (strict)."""
+
+
+def strict_default(environ: Mapping[str, str] = os.environ) -> bool:
+    """Strict under pytest (and in processes it starts), lenient otherwise; see the module."""
+    forced = environ.get(STRICT_ENV)
+    if forced in ("0", "1"):
+        return forced == "1"
+    return "PYTEST_CURRENT_TEST" in environ
 
 
 def _json_default(obj: object) -> object:
@@ -38,6 +66,77 @@ def _json_default(obj: object) -> object:
 
 def dumps(obj: object) -> str:
     return json.dumps(obj, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+
+
+def normalise(obj: Any) -> Any:
+    """``obj`` with the values call sites pass (Path, Enum, tuple, set) as the JSON they
+    are written as, so the record check sees what a reader of the file will see."""
+    if isinstance(obj, Enum):
+        return normalise(obj.value)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {(k.value if isinstance(k, Enum) else k): normalise(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [normalise(v) for v in obj]
+    return obj
+
+
+# -- redaction ---------------------------------------------------------------------------------
+
+#: Names whose value is a credential: env keys ``*_TOKEN``, ``*_KEY``, ``*SECRET*``,
+#: ``*PASSWORD*`` and flags like ``--hub_token`` (not ``--tokenizer_name``).
+_SECRET_NAME = re.compile(r"(?:^|_)token$|_key$|secret|password|passwd", re.IGNORECASE)
+#: Hugging Face access tokens anywhere in a string (a pasted command line, an error message).
+_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
+_FLAG_EQ = re.compile(r"(--?([A-Za-z0-9][A-Za-z0-9_.-]*)=)(\S+)")
+
+
+def is_secret_name(name: str) -> bool:
+    return _SECRET_NAME.search(name.lstrip("-").replace("-", "_")) is not None
+
+
+def _redact_text(text: str) -> str:
+    text = _FLAG_EQ.sub(
+        lambda m: m.group(1) + REDACTED if is_secret_name(m.group(2)) else m[0], text
+    )
+    return _HF_TOKEN.sub(REDACTED, text)
+
+
+def redact(obj: Any) -> Any:
+    """``obj`` with every credential replaced by ``"<redacted>"``: values of secret-looking
+    keys, the argument after a secret flag (``--hub_token VALUE``), ``--token=VALUE``, and
+    ``hf_...`` tokens. An event log is copied into bug reports; a token in it is leaked."""
+    if isinstance(obj, str):
+        return _redact_text(obj)
+    if isinstance(obj, Mapping):
+        return {
+            k: REDACTED if isinstance(k, str) and is_secret_name(k) and v is not None
+            else redact(v)
+            for k, v in obj.items()
+        }  # fmt: skip
+    if isinstance(obj, (list, tuple)):
+        out: list[Any] = []
+        hide_next = False
+        for v in obj:
+            if hide_next and isinstance(v, str) and not v.startswith("-"):
+                out.append(REDACTED)
+                hide_next = False
+                continue
+            hide_next = (
+                isinstance(v, str) and v.startswith("-") and "=" not in v and (is_secret_name(v))
+            )
+            out.append(redact(v))
+        return out
+    return obj
+
+
+# -- the processor chain -----------------------------------------------------------------------
+
+
+def redact_processor(_: Any, __: str, ev: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: :func:`redact` over the whole event, context included."""
+    return {k: (v if k == "event" else redact({k: v})[k]) for k, v in ev.items()}
 
 
 def format_knobs(k: dict[str, Any]) -> str:
@@ -114,35 +213,55 @@ def human_line(ev: dict[str, Any]) -> str:
     return line if len(line) <= _CONSOLE_WIDTH else line[: _CONSOLE_WIDTH - 3] + "..."
 
 
-class _Sink:
-    """structlog 'logger': receives the final event dict and writes it out."""
+class _Render:
+    """The chain's last processor: the file line and the console line of one event dict."""
+
+    def __init__(self, console: bool) -> None:
+        from structlog.processors import JSONRenderer
+
+        self._json = JSONRenderer(
+            serializer=json.dumps, default=_json_default, ensure_ascii=False,
+            separators=(",", ":"),
+        )  # fmt: skip
+        self._console = console
+
+    def __call__(self, logger: Any, method: str, ev: MutableMapping[str, Any]) -> dict[str, Any]:
+        line = str(self._json(logger, method, ev)) + "\n"
+        human = None
+        if self._console and ev.get("event") not in CONSOLE_QUIET:
+            human = human_line(dict(ev)) + "\n"
+        return {"line": line.encode(), "console": human, "written": dict(ev)}
+
+
+class _Writer:
+    """structlog 'logger': writes what the chain rendered, and nothing else."""
 
     def __init__(self, fd: int, console: TextIO | None) -> None:
         self._fd = fd
         self._console = console
-        self.last: dict[str, Any] | None = None
 
-    def msg(self, **event: Any) -> None:
-        line = (dumps(event) + "\n").encode()
+    def msg(self, line: bytes, console: str | None, written: dict[str, Any]) -> dict[str, Any]:
         # One write per line on an O_APPEND fd: whole lines only, never rewritten.
         os.write(self._fd, line)
-        self.last = event
-        if self._console is not None and event.get("event") not in CONSOLE_QUIET:
+        if self._console is not None and console is not None:
             try:
-                self._console.write(human_line(event) + "\n")
+                self._console.write(console)
                 self._console.flush()
             except (OSError, ValueError):
                 self._console = None
+        return written
 
 
 class EventLog:
-    """Append-only JSONL event log with bound context.
+    """Append-only JSONL event log with bound context; every event checked against its record.
 
     Args:
         path: the events.jsonl file (created if missing; existing lines are kept).
         run_id: stamped on every event.
         console: where human-readable lines go (None: nowhere).
         now: wall clock, injectable for tests.
+        strict: raise :class:`EventSchemaError` on an event that does not match its record
+            (None: :func:`strict_default`); otherwise write it plus an ``event_invalid`` note.
     """
 
     def __init__(
@@ -152,12 +271,17 @@ class EventLog:
         run_id: str,
         console: TextIO | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        strict: bool | None = None,
         **context: Any,
     ) -> None:
+        # Imported here, not at module level: `dsguard status` and `--help` import this
+        # module for its helpers and must not pay structlog's import time.
+        import structlog
+
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.strict = strict_default() if strict is None else strict
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._sink = _Sink(self._fd, console)
         self._now = now
 
         def stamp(_: Any, __: str, ev: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -167,20 +291,43 @@ class EventLog:
             return ordered
 
         self._log: Any = structlog.wrap_logger(
-            self._sink,
-            processors=[stamp],
+            _Writer(self._fd, console),
+            processors=[redact_processor, stamp, _Render(console is not None)],
             wrapper_class=structlog.BoundLogger,
             context_class=dict,
+            cache_logger_on_first_use=False,
         ).bind(run_id=run_id, attempt=None, **context)
 
     def bind(self, **context: Any) -> None:
         self._log = self._log.bind(**context)
 
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
-        """Write one event; returns it as written (tests and state use it)."""
-        self._log.msg(event, **fields)
-        assert self._sink.last is not None
-        return self._sink.last
+    def _check(self, name: str, fields: dict[str, Any]) -> str | None:
+        """None when ``fields`` match ``name``'s record, else the problem (or raise: strict)."""
+        try:
+            validate(name, fields)
+        except (UnknownEvent, msgspec.ValidationError) as exc:
+            if self.strict:
+                raise EventSchemaError(f"event {name!r}: {exc}") from exc
+            return str(exc)
+        return None
+
+    def emit(self, event: str | Event, /, **fields: Any) -> dict[str, Any]:
+        """Write one event (a name and its fields, or a record); returns it as written.
+
+        Raises:
+            EventSchemaError: strict, and the event does not match its record.
+        """
+        if isinstance(event, Event):
+            if fields:
+                raise TypeError("emit(record) takes no extra fields")
+            name, data, problem = event_name(event), msgspec.to_builtins(event), None
+        else:
+            name, data = event, normalise(fields)
+            problem = self._check(name, data)
+        written: dict[str, Any] = self._log.msg(name, **data)
+        if problem is not None:
+            self._log.msg("event_invalid", invalid_event=name, error=problem)
+        return written
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

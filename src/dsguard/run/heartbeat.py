@@ -6,11 +6,12 @@ heartbeats are evidence of progress and capabilities, never a reason for dsguard
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from dsguard.protocol import Heartbeat
+import msgspec
+
+from dsguard.protocol import Heartbeat, decode_heartbeat
 
 _NAME = re.compile(r"attempt-(\d+)-rank-(\d+)\.json")
 
@@ -27,9 +28,8 @@ def read_heartbeats(heartbeat_dir: Path, attempt: int) -> list[Heartbeat]:
         if m is None or int(m.group(1)) != attempt:
             continue
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            found.append(Heartbeat.from_dict(data))
-        except (OSError, ValueError, KeyError, TypeError):
+            found.append(decode_heartbeat(path.read_bytes()))
+        except (OSError, msgspec.DecodeError):
             continue
     return sorted(found, key=lambda hb: hb.rank)
 

@@ -2,22 +2,26 @@
 
 ``state.json`` in the log dir mirrors the in-memory status after every transition, written
 atomically (temp file in the same directory, fsync, rename), so ``dsguard status`` and a
-restarted dsguard always read a complete document, never a torn one.
+restarted dsguard always read a complete document, never a torn one. Its layout is the
+:class:`State` record (with ``schema_version``): a restarted dsguard resumes the ladder from
+it and ``dsguard status`` reports from it, so a key written under one name and read under
+another would silently lose the run's history.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 from dsguard.errors import InvalidTransition
-from dsguard.run.events import EventLog, dumps
+from dsguard.run.events import EventLog, dumps, normalise
 
 
 class RunState(StrEnum):
@@ -74,17 +78,112 @@ def write_json_atomic(path: Path, data: object) -> None:
         raise
 
 
-def read_state(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
+#: Bumped when a ``state.json`` field changes type or meaning; files without the key predate
+#: it (version 0, same layout as 1).
+STATE_SCHEMA_VERSION: Final = 1
+
+
+class StateFileError(ValueError):
+    """``state.json`` is not a state document this dsguard can read."""
+
+
+class CurrentAttempt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What identifies the running attempt's processes (``dsguard.run.proc.AttemptRef``), so a
+    restarted dsguard can end an attempt its killed predecessor left running."""
+
+    run_id: str
+    attempt: int
+    sid: int
+    started_epoch_s: float
+
+
+class State(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``state.json``: the run's state and what the loop records with each transition.
+
+    Every field but ``state`` may be absent in a file (a run that has not got that far, or an
+    older dsguard). ``ledger`` is the loop's ``Ledger.as_dict()``: its layout belongs to the
+    loop. Item access (``state["ledger"]``, ``state.get("pid")``) gives the same values as
+    plain JSON for callers not yet reading attributes.
+    """
+
+    schema_version: int = STATE_SCHEMA_VERSION
+    state: RunState
+    reason: str | None = None
+    run_id: str | None = None
+    job: str | None = None
+    job_file: str | None = None
+    #: dsguard's own pid and psutil start time (rules out a reused pid in ``dsguard status``).
+    pid: int | None = None
+    pid_create_time: float | None = None
+    log_dir: str | None = None
+    checkpoint_dir: str | None = None
+    #: The job file's knobs: a changed job starts a new ladder instead of resuming this one.
+    job_knobs: dict[str, Any] | None = None
+    ledger: dict[str, Any] | None = None
+    attempt: int | None = None
+    knobs: dict[str, Any] | None = None
+    global_batch: int | None = None
+    phase: int | None = None
+    #: The running attempt (None between attempts).
+    current_attempt: CurrentAttempt | None = None
+    #: The running attempt's launcher pid.
+    pid_child: int | None = None
+    resume_from: str | None = None
+    attempt_log: str | None = None
+    delay_s: float | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__struct_fields__:
+            raise KeyError(key)
+        return msgspec.to_builtins(getattr(self, key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self[key] if key in self.__struct_fields__ else None
+        return default if value is None else value
+
+
+def state_from_dict(data: dict[str, Any]) -> State:
+    """``data`` (as written, Paths and enums allowed) as a :class:`State`.
+
+    Raises:
+        msgspec.ValidationError: an unknown key or a mistyped value.
+    """
+    return msgspec.convert(normalise(data), State, strict=True)
+
+
+def read_state(path: Path) -> State:
+    """The state document at ``path``.
+
+    Raises:
+        OSError: unreadable file (FileNotFoundError: no state yet).
+        StateFileError: not JSON, not an object, a newer schema, or mistyped (says which key).
+    """
+    try:
+        data = msgspec.json.decode(path.read_bytes())
+    except msgspec.DecodeError as exc:
+        raise StateFileError(f"{path}: not JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a JSON object")
-    return data
+        raise StateFileError(f"{path}: not a JSON object")
+    version = data.setdefault("schema_version", 0)
+    if isinstance(version, int) and version > STATE_SCHEMA_VERSION:
+        raise StateFileError(
+            f"{path}: schema_version {version} is newer than this dsguard reads "
+            f"({STATE_SCHEMA_VERSION}): upgrade dsguard"
+        )
+    try:
+        return msgspec.convert(data, State, strict=True)
+    except msgspec.ValidationError as exc:
+        raise StateFileError(f"{path}: not a dsguard state file: {exc}") from exc
 
 
 @dataclass
 class StateMachine:
-    """Holds the current state and the status document; the only writer of state.json."""
+    """Holds the current state and the status document; the only writer of state.json.
+
+    Every write is checked against :class:`State`. A mismatch (a dsguard bug) raises when the
+    event log is strict (tests) and is otherwise written as given, with one ``state_invalid``
+    event, because a bookkeeping problem must not stop the training it records.
+    """
 
     path: Path
     events: EventLog
@@ -93,12 +192,24 @@ class StateMachine:
 
     def __post_init__(self) -> None:
         self.status["state"] = self.state.value
-        write_json_atomic(self.path, self.status)
+        self._write()
+
+    def _write(self) -> None:
+        doc: dict[str, Any] = {"schema_version": STATE_SCHEMA_VERSION, **self.status}
+        try:
+            checked = state_from_dict(doc)
+        except msgspec.ValidationError as exc:
+            if self.events.strict:
+                raise StateFileError(f"state.json document: {exc}") from exc
+            self.events.emit("state_invalid", error=str(exc))
+            write_json_atomic(self.path, doc)
+            return
+        write_json_atomic(self.path, msgspec.to_builtins(checked))
 
     def update(self, **fields: Any) -> None:
         """Change status fields without a transition (persisted immediately)."""
         self.status.update(fields)
-        write_json_atomic(self.path, self.status)
+        self._write()
 
     def transition(self, to: RunState, reason: str, **fields: Any) -> None:
         """Move to ``to``; logs ``state_changed`` and rewrites state.json.
@@ -114,4 +225,4 @@ class StateMachine:
         self.status.update(fields)
         self.status["state"] = to.value
         self.status["reason"] = reason
-        write_json_atomic(self.path, self.status)
+        self._write()

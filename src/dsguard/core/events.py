@@ -1,0 +1,514 @@
+"""Every event dsguard writes to ``events.jsonl``, as one typed record each.
+
+The event log is the run's only complete record: a user reading it the morning after, a
+dashboard, and ``dsguard events`` all parse it. An event whose fields drift silently (a key
+renamed in one call site, a Path written where a string was expected, a terminal event that
+lacks ``changes`` on one exit path) breaks those readers long after the run that wrote it.
+Each event is therefore one ``msgspec.Struct`` here; ``dsguard.run.events.EventLog.emit``
+checks every event against its record before writing it.
+
+Each line of ``events.jsonl`` also carries the bound context (:data:`CONTEXT_KEYS`), which
+no record repeats. Field names carry their unit (``_s``, ``_bytes``). Fields every writer
+passes are required; fields only some writers pass default to None and are then simply
+absent from the line.
+
+Pure: the standard library and msgspec only. ``python -m dsguard.core.events --markdown``
+prints the README's event table from these definitions.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import typing
+from typing import Any, Final, Literal
+
+import msgspec
+
+#: Bumped when a field changes type or meaning, or a required field is added or removed.
+EVENTS_SCHEMA_VERSION: Final = 1
+
+#: Keys every line carries besides the event's own fields (bound per run and attempt).
+CONTEXT_KEYS: Final = ("ts", "event", "run_id", "attempt", "job")
+
+
+class Event(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of every event record; the subclass's registered name is its ``event`` key."""
+
+
+# -- nested values ----------------------------------------------------------------------------
+
+
+class PreflightFix(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One repair of the rendered DeepSpeed config (``path`` dotted; ``old`` None: added)."""
+
+    path: str
+    old: Any
+    new: Any
+    why: str
+
+
+class PreflightProblem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One thing in the DeepSpeed config only a human can decide."""
+
+    path: str
+    message: str
+
+
+class GpuHolder(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A process still holding GPU memory after its attempt ended."""
+
+    device_index: int
+    pid: int
+    used_bytes: int | None
+
+
+# -- run lifecycle ----------------------------------------------------------------------------
+
+
+class RunStarted(Event):
+    """Written once when ``dsguard run`` holds the job lock and starts (or recovers) a run:
+    the config the run starts from, so every later change can be read against it."""
+
+    job_file: str | None
+    launcher: str
+    world_size: int
+    knobs: dict[str, Any]
+    global_batch: int
+    log_dir: str
+    checkpoint_dir: str | None
+    recovered: bool
+    dsguard_version: str
+    pid: int
+
+
+class RunRecovered(Event):
+    """A previous dsguard left this run unfinished (killed, crashed, stopped): the ladder
+    continues at its recorded rung instead of starting over, and leftover processes of its
+    attempt were ended so they cannot hold the GPUs the next attempt needs."""
+
+    previous_run_id: str | None
+    previous_state: str
+    previous_pid: int | None
+    attempts_so_far: int
+    knobs: dict[str, Any]
+    positions: dict[str, int]
+    phase: int
+    leftover_pids: list[int]
+    killed_pids: list[int]
+    survivor_pids: list[int]
+
+
+class StateDiscarded(Event):
+    """``state.json`` of an earlier run was not resumed (unreadable, or the job's knobs
+    changed): a new ladder starts, and this says why the old one was not continued."""
+
+    path: str
+    reason: str
+    previous_run_id: str | None = None
+
+
+class StateChanged(Event):
+    """Every transition of the run's state machine (mirrored in ``state.json``): the audit
+    trail of how the run reached its end state. Kept off the console."""
+
+    from_state: str
+    to_state: str
+    reason: str
+
+
+class _RunEnded(Event):
+    """The fields every terminal event carries, so readers handle the three alike."""
+
+    reason: str
+    #: The failure kind that ended the run; None when no failure did.
+    kind: str | None
+    attempts: int
+    knobs: dict[str, Any]
+    #: ``{knob: [job's value, final value]}`` for every knob the ladder changed.
+    changes: dict[str, Any]
+    global_batch: int
+    initial_global_batch: int
+    phase: int
+    duration_s: float
+
+
+class RunSucceeded(_RunEnded):
+    """The training command exited 0: the run is over, with the knobs it ended on and
+    whether the global batch (hence the training recipe) changed on the way."""
+
+
+class RunGaveUp(_RunEnded):
+    """dsguard stopped trying (non-recoverable failure, ladder exhausted, budget spent, GPU
+    memory never released): ``reason`` is what a human must fix before the next run."""
+
+
+class RunStopped(_RunEnded):
+    """dsguard was asked to stop (SIGINT/SIGTERM, systemd stop); the run can be resumed by
+    the next ``dsguard run``."""
+
+    signal: int
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+class CheckpointSelected(Event):
+    """Which checkpoint the next attempt resumes from (``path`` None: a fresh start, with
+    ``reason``); resuming a torn checkpoint is how a crash becomes silent corruption."""
+
+    path: str | None
+    step: int | None
+    reason: str | None = None
+    dir: str | None = None
+    size_bytes: int | None = None
+    warnings: list[str] | None = None
+
+
+class CheckpointQuarantined(Event):
+    """A checkpoint that cannot be resumed (incomplete, or resuming it failed) was moved
+    aside so neither dsguard nor HF's ``resume_from_checkpoint`` picks it again."""
+
+    path: str
+    moved_to: str
+    step: int | None
+    reasons: list[str]
+
+
+class CheckpointPatched(Event):
+    """The checkpoint's ``trainer_state.json`` was edited (backup kept) so a resume does not
+    restore the old micro-batch over the one the ladder chose."""
+
+    path: str
+    key: str
+    old: Any
+    new: Any
+    backup: str
+    reason: str
+
+
+# -- attempts ---------------------------------------------------------------------------------
+
+
+class PreflightFixed(Event):
+    """The rendered DeepSpeed config was repaired before launch (a value DeepSpeed or HF
+    would reject or silently override)."""
+
+    deepspeed_config: str
+    fixes: list[PreflightFix]
+
+
+class PreflightRefused(Event):
+    """The rendered DeepSpeed config has a problem only a human can decide: nothing is
+    launched (a launch would die minutes later, or train a different batch)."""
+
+    problems: list[PreflightProblem]
+
+
+class AttemptNotStarted(Event):
+    """The training command could not be started at all (missing executable, permissions)."""
+
+    argv: list[str]
+    error: str
+
+
+class AttemptStarted(Event):
+    """An attempt's launcher is running: the exact command, config and resume point, so any
+    attempt can be reproduced by hand."""
+
+    pid: int
+    argv: list[str]
+    cwd: str
+    knobs: dict[str, Any]
+    global_batch: int
+    world_size: int
+    phase: int
+    resume_from: str | None
+    deepspeed_config: str | None
+    output_dir: str | None
+    init_from: str | None
+    log: str
+    remedies: list[str]
+
+
+class FatalOutputDetected(Event):
+    """A rank printed a fatal error: dsguard ends the attempt now, because the other ranks
+    would otherwise hang in a collective until NCCL's timeout."""
+
+    kind: str
+    rank: int | None
+    line_no: int
+    line: str
+
+
+class HangSuspected(Event):
+    """No output and no heartbeat for the hang timeout, but the GPUs are busy (a silent
+    eval): not treated as a hang. Written once per silent stretch."""
+
+    silent_s: float
+    gpu_busy: bool
+
+
+class HangDetected(Event):
+    """No output, no heartbeat and idle (or unknown) GPUs for the hang timeout: the attempt
+    is ended as hung."""
+
+    silent_s: float
+    hang_timeout_s: float
+
+
+class StopRequested(Event):
+    """dsguard asked a trainer that announced save_and_stop to checkpoint and exit."""
+
+    path: str
+    timeout_s: float
+
+
+class StopSaveFinished(Event):
+    """How the save-and-stop request ended (the trainer exited, or the wait timed out)."""
+
+    exited: bool
+    exit_code: int | None
+    waited_s: float
+
+
+class AttemptEnded(Event):
+    """dsguard ended what was left of an attempt (fatal output, hang, stop, or survivors of
+    a launcher that exited): which processes got SIGTERM, which SIGKILL, which survived."""
+
+    by: str
+    terminated_pids: list[int]
+    killed_pids: list[int]
+    survivor_pids: list[int]
+    duration_s: float
+
+
+class AttemptFinished(Event):
+    """An attempt's launcher exited: exit status, output volume, last reported step and
+    memory peaks, the evidence the classifier and the ladder work from."""
+
+    exit_code: int | None
+    signal: int | None
+    ended_by: str
+    duration_s: float
+    output_bytes: int
+    output_lines: int
+    last_step: int | None
+    last_loss: float | None
+    gpu_mem_peak_bytes: int | None
+    host_rss_peak_bytes: int | None
+    capabilities: list[str]
+
+
+class BuildLockRemoved(Event):
+    """A stale torch-extensions build lock (left by a JIT build dsguard killed) was removed;
+    every later process loading that op would otherwise wait on it forever."""
+
+    path: str
+
+
+class GpuReleaseChecked(Event):
+    """Whether the ended attempt's processes still hold GPU memory before a relaunch: a
+    leftover allocation would make the next attempt OOM for the wrong reason."""
+
+    pids: list[int]
+    status: Literal["released", "held", "unknown"]
+    holders: list[GpuHolder]
+    waited_s: float
+    polls: int
+    reason: str | None
+
+
+# -- failures and the ladder ------------------------------------------------------------------
+
+
+class FailureDetected(Event):
+    """The attempt failed and was classified: the kind decides the rung, the evidence says
+    why (the first lines that named it)."""
+
+    kind: str
+    rank: int | None
+    evidence: list[str]
+    exit_code: int | None
+    signal: int | None
+    recoverable: bool
+    host_oom_confirmed: bool
+    host_oom_evidence: list[str]
+    checkpoint_progress: bool
+
+
+class EnvFactsDetected(Event):
+    """The training environment's facts (torch, CUDA toolkits, GPUs) an environment remedy
+    was decided from. Registered as ``env_facts``."""
+
+    python: str
+    torch_version: str | None
+    torch_cuda: str | None
+    torch_hip: str | None
+    torch_error: str | None
+    cuda_home: str | None
+    torch_extensions_dir: str | None
+    deepspeed_version: str | None
+    toolkits: list[dict[str, Any]]
+    gpus: list[dict[str, Any]] | None
+    gpu_error: str | None
+    ds_skip_cuda_check: bool
+    notes: list[str]
+
+
+class RemedyApplied(Event):
+    """An environment remedy (build env, loss-scale fix) is applied from the next attempt
+    on: ``env`` maps each variable to ``[before, after]``."""
+
+    remedy: str
+    kind: str
+    reason: str
+    env: dict[str, list[str | None]]
+    config: dict[str, Any]
+    flags: dict[str, str]
+    caveats: list[str]
+    new_phase: bool
+    applied: list[str]
+
+
+class PolicyApplied(Event):
+    """The ladder's decision for the next attempt: the rung, the knob changes and whether
+    the global batch was kept (it is unless the rung starts a new phase)."""
+
+    rung: str | None
+    changes: dict[str, Any]
+    new_phase: bool
+    caveats: list[str]
+    reason: str
+    delay_s: float
+    knobs: dict[str, Any]
+    global_batch_before: int
+    global_batch_after: int
+    phase: int | None = None
+    output_dir: str | None = None
+
+
+class PhaseStarted(Event):
+    """A new phase began: the old phase's checkpoints cannot be resumed exactly under the new
+    config, so this phase has its own output dir and a fresh optimizer."""
+
+    phase: int
+    output_dir: str | None
+    init_from: str | None
+    reason: str
+
+
+class EventInvalid(Event):
+    """An event did not match its definition here (a dsguard bug); outside tests the event
+    is written anyway, followed by this note, because a log problem must never stop
+    training."""
+
+    invalid_event: str
+    error: str
+
+
+class StateInvalid(Event):
+    """The ``state.json`` document did not match its record (a dsguard bug); outside tests
+    it is written anyway, because a bookkeeping problem must never stop training."""
+
+    error: str
+
+
+#: event name -> its record, in the order the README lists them.
+EVENTS: Final[dict[str, type[Event]]] = {
+    "run_started": RunStarted,
+    "run_recovered": RunRecovered,
+    "state_discarded": StateDiscarded,
+    "checkpoint_selected": CheckpointSelected,
+    "checkpoint_quarantined": CheckpointQuarantined,
+    "checkpoint_patched": CheckpointPatched,
+    "preflight_fixed": PreflightFixed,
+    "preflight_refused": PreflightRefused,
+    "attempt_not_started": AttemptNotStarted,
+    "attempt_started": AttemptStarted,
+    "fatal_output_detected": FatalOutputDetected,
+    "hang_suspected": HangSuspected,
+    "hang_detected": HangDetected,
+    "stop_requested": StopRequested,
+    "stop_save_finished": StopSaveFinished,
+    "attempt_ended": AttemptEnded,
+    "attempt_finished": AttemptFinished,
+    "build_lock_removed": BuildLockRemoved,
+    "failure_detected": FailureDetected,
+    "env_facts": EnvFactsDetected,
+    "remedy_applied": RemedyApplied,
+    "policy_applied": PolicyApplied,
+    "phase_started": PhaseStarted,
+    "gpu_release_checked": GpuReleaseChecked,
+    "state_changed": StateChanged,
+    "run_succeeded": RunSucceeded,
+    "run_gave_up": RunGaveUp,
+    "run_stopped": RunStopped,
+    "event_invalid": EventInvalid,
+    "state_invalid": StateInvalid,
+}
+
+_NAMES: Final[dict[type[Event], str]] = {cls: name for name, cls in EVENTS.items()}
+
+
+def event_name(record: Event) -> str:
+    """The registered name of ``record``'s type.
+
+    Raises:
+        KeyError: the type is not registered (a record defined but not listed in EVENTS).
+    """
+    return _NAMES[type(record)]
+
+
+class UnknownEvent(ValueError):
+    """An event name that has no record in :data:`EVENTS`."""
+
+
+def validate(name: str, fields: dict[str, Any]) -> Event:
+    """``fields`` (JSON-ready: str, int, float, bool, None, list, dict) as the record of
+    ``name``, with strict types (no "1" for 1).
+
+    Raises:
+        UnknownEvent: ``name`` is not registered.
+        msgspec.ValidationError: an unknown field, a missing required one, or a wrong type.
+    """
+    cls = EVENTS.get(name)
+    if cls is None:
+        raise UnknownEvent(f"unknown event {name!r} (not defined in dsguard.core.events)")
+    return msgspec.convert(fields, cls, strict=True)
+
+
+# -- the README table -------------------------------------------------------------------------
+
+
+def _type_text(tp: object) -> str:
+    text = str(tp) if not isinstance(tp, type) else tp.__name__
+    # Module paths off: ``typing.Any``, ``dsguard.core.events.X`` (``__main__.X`` under -m).
+    text = re.sub(r"\b(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_])", "", text)
+    return text.replace("|", "\\|")  # a bare | would split the markdown table cell
+
+
+def markdown_table() -> str:
+    """The README's event table: one row per event, its fields (``?``: may be absent)."""
+    rows = ["| event | fields | when |", "|---|---|---|"]
+    for name, cls in EVENTS.items():
+        hints = typing.get_type_hints(cls)
+        fields = []
+        for f in msgspec.structs.fields(cls):
+            optional = "" if f.required else "?"
+            fields.append(f"`{f.name}`{optional}: {_type_text(hints[f.name])}")
+        doc = " ".join((cls.__doc__ or "").split()).replace("|", "\\|")
+        rows.append(f"| `{name}` | {', '.join(fields)} | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["--markdown"]:
+        sys.stderr.write("usage: python -m dsguard.core.events --markdown\n")
+        return 2
+    sys.stdout.write(markdown_table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
