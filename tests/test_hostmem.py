@@ -78,6 +78,7 @@ def test_sigkill_with_rss_near_the_limit_is_host_oom(tmp_path: Path) -> None:
     limit: host_oom with the RSS evidence, host ladder (micro_batch) applied, run completes."""
     from dsguard.host.gpu import ReleaseResult
     from dsguard.job.file import load_job
+    from dsguard.run.host import RealHost
     from dsguard.run.loop import Supervisor
 
     write_job(
@@ -88,9 +89,11 @@ def test_sigkill_with_rss_near_the_limit_is_host_oom(tmp_path: Path) -> None:
     )  # fmt: skip
     sup = Supervisor(
         load_job(tmp_path / "job.yaml"),
-        memory_limit=lambda: 256 << 20,
-        gpu_release=lambda _p: ReleaseResult("unknown", (), 0.0, 1, "no NVML here"),
-        gpu_busy=lambda _p: None,
+        host=RealHost(
+            memory_limit=lambda: 256 << 20,
+            gpu_release=lambda _p: ReleaseResult("unknown", (), 0.0, 1, "no NVML here"),
+            gpu_busy=lambda _p: None,
+        ),
     )
     assert sup.run() == 0
     events = [json.loads(x) for x in (tmp_path / "runs" / "events.jsonl").read_text().splitlines()]

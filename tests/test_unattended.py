@@ -239,9 +239,10 @@ def test_sd_notify_ready_status_stopping_over_a_real_socket(tmp_path: Path) -> N
 
 def _supervisor(workdir: Path, **kw: Any) -> Any:
     from dsguard.job.file import load_job
+    from dsguard.run.host import RealHost
     from dsguard.run.loop import Supervisor
 
-    return Supervisor(load_job(workdir / "job.yaml"), **kw)
+    return Supervisor(load_job(workdir / "job.yaml"), host=RealHost(**kw))
 
 
 def test_gpu_memory_still_held_stops_the_run(tmp_path: Path) -> None:

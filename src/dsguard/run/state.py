@@ -14,51 +14,18 @@ import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
+from dsguard.core.states import TERMINAL, TRANSITIONS, RunState
 from dsguard.errors import InvalidTransition
 from dsguard.run.events import EventLog, dumps, normalise
 
-
-class RunState(StrEnum):
-    """Lifecycle of one ``dsguard run``.
-
-    STARTING -> RUNNING (attempt spawned) -> [ENDING (dsguard is ending the attempt: fatal line,
-    stop request)] -> BACKOFF (will relaunch) -> RUNNING ... until SUCCEEDED, GAVE_UP or STOPPED.
-    """
-
-    STARTING = "starting"
-    RUNNING = "running"
-    ENDING = "ending"
-    BACKOFF = "backoff"
-    SUCCEEDED = "succeeded"
-    GAVE_UP = "gave_up"
-    STOPPED = "stopped"
-
-
-TERMINAL = frozenset({RunState.SUCCEEDED, RunState.GAVE_UP, RunState.STOPPED})
-
-TRANSITIONS: dict[RunState, frozenset[RunState]] = {
-    RunState.STARTING: frozenset({RunState.RUNNING, RunState.GAVE_UP, RunState.STOPPED}),
-    RunState.RUNNING: frozenset(
-        {
-            RunState.ENDING,
-            RunState.BACKOFF,
-            RunState.SUCCEEDED,
-            RunState.GAVE_UP,
-            RunState.STOPPED,
-        }
-    ),
-    RunState.ENDING: frozenset({RunState.BACKOFF, RunState.GAVE_UP, RunState.STOPPED}),
-    RunState.BACKOFF: frozenset({RunState.RUNNING, RunState.GAVE_UP, RunState.STOPPED}),
-    RunState.SUCCEEDED: frozenset(),
-    RunState.GAVE_UP: frozenset(),
-    RunState.STOPPED: frozenset(),
-}
+# The enum and table moved to the pure core (dsguard.core.states); re-exported so callers of
+# this module keep working.
+__all__ = ["TERMINAL", "TRANSITIONS", "RunState", "StateMachine", "read_state", "write_json_atomic"]
 
 
 def write_json_atomic(path: Path, data: object) -> None:

@@ -1,0 +1,121 @@
+"""What the run carries from one attempt to the next, and its pure updates.
+
+The ledger is saved in ``state.json`` at every transition, so a dsguard that was SIGKILLed
+(or lost power) and is started again continues at the recorded rung instead of walking the
+ladder again from the top (which would OOM again on a config already known not to fit).
+
+Every update here is pure (a new :class:`Ledger` from the old one and a decision): the run
+loop gathers the facts, these functions decide what the ledger becomes, and the table-driven
+tests pin them without a process or a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsguard.core.ladder import AttemptRecord, Relaunch
+from dsguard.core.remedies import Remedy
+from dsguard.job.knobs import Knobs
+
+
+def _opt_path(value: object) -> Path | None:
+    return None if value is None else Path(str(value))
+
+
+def _opt_str(value: Path | None) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """What the loop carries from one attempt to the next (persisted in state.json)."""
+
+    knobs: Knobs
+    ckpt_dir: Path | None
+    positions: Mapping[str, int] = field(default_factory=dict)
+    history: tuple[AttemptRecord, ...] = ()
+    phase: int = 1
+    #: The output dir of the current phase when it is not the job's own (phase > 1).
+    phase_output: Path | None = None
+    #: Weights a new phase starts from, passed to every attempt of the phase: a LoRA phase's
+    #: own checkpoints hold only adapters, so the base must be these weights on resume too.
+    phase_init_from: Path | None = None
+    #: What the training code announced in its heartbeats (the last attempt that did).
+    caps: frozenset[str] = frozenset()
+    #: Attempts numbered so far (attempt numbers name log and heartbeat files: never reused).
+    attempt: int = 0
+    #: Environment remedies applied so far (build errors, loss-scale collapse), in order.
+    remedies: tuple[Remedy, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "knobs": self.knobs.as_dict(),
+            "ckpt_dir": _opt_str(self.ckpt_dir),
+            "positions": dict(self.positions),
+            "history": [h.as_dict() for h in self.history],
+            "phase": self.phase,
+            "phase_output": _opt_str(self.phase_output),
+            "phase_init_from": _opt_str(self.phase_init_from),
+            "caps": sorted(self.caps),
+            "attempt": self.attempt,
+            "remedies": [r.as_dict() for r in self.remedies],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Ledger:
+        return cls(
+            knobs=Knobs.from_dict(dict(d["knobs"])),
+            ckpt_dir=_opt_path(d.get("ckpt_dir")),
+            positions={str(k): int(v) for k, v in dict(d.get("positions") or {}).items()},
+            history=tuple(AttemptRecord.from_dict(h) for h in d.get("history") or []),
+            phase=int(d.get("phase", 1)),
+            phase_output=_opt_path(d.get("phase_output")),
+            phase_init_from=_opt_path(d.get("phase_init_from")),
+            caps=frozenset(str(c) for c in d.get("caps") or ()),
+            attempt=int(d.get("attempt", 0)),
+            remedies=tuple(Remedy.from_dict(r) for r in d.get("remedies") or []),
+        )
+
+
+def next_attempt(ledger: Ledger) -> Ledger:
+    """Number the next attempt (numbers are never reused, even across a dsguard restart)."""
+    return dataclasses.replace(ledger, attempt=ledger.attempt + 1)
+
+
+def record_caps(ledger: Ledger, caps: frozenset[str] | None) -> Ledger:
+    """The capabilities the last attempt announced. None (no heartbeat at all) keeps the
+    previous ones: an attempt that died before its first heartbeat says nothing about them."""
+    return ledger if caps is None else dataclasses.replace(ledger, caps=caps)
+
+
+def record_attempt(ledger: Ledger, record: AttemptRecord) -> Ledger:
+    """Append a finished attempt to the history the retry budgets and backoff count."""
+    return dataclasses.replace(ledger, history=(*ledger.history, record))
+
+
+def apply_relaunch(
+    ledger: Ledger, decision: Relaunch, *, ckpt_root: Path | None, init_from: Path | None
+) -> Ledger:
+    """The ledger the next attempt runs with after ``decision``.
+
+    A new phase (a rung such as LoRA whose checkpoints cannot be resumed exactly under the
+    old config) gets its own output dir under the job's checkpoint root, so resuming never
+    mixes the phases' checkpoints; ``init_from`` is the weights it starts from (None: the
+    initial model, when the training code cannot load others).
+    """
+    remedies = ledger.remedies if decision.remedy is None else (*ledger.remedies, decision.remedy)
+    out = dataclasses.replace(
+        ledger, knobs=decision.knobs, positions=dict(decision.positions), remedies=remedies
+    )
+    if decision.new_phase and ckpt_root is not None and ledger.ckpt_dir is not None:
+        phase = ledger.phase + 1
+        phase_dir = ckpt_root / f"dsguard-phase-{phase}"
+        out = dataclasses.replace(
+            out, phase=phase, ckpt_dir=phase_dir, phase_output=phase_dir,
+            phase_init_from=init_from,
+        )  # fmt: skip
+    return out

@@ -1,0 +1,86 @@
+"""What one finished attempt showed, and the pure verdict on it.
+
+The run loop collects everything it learnt about an ended attempt (its exit, its output's
+evidence, heartbeats, OOM evidence, checkpoint progress) into one frozen
+:class:`Observation`; :func:`verdict` and :func:`judge` then decide from it alone, with the
+core's ``classify`` and ``decide``, so a scenario test can check the judgement of any
+observation without a process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from dsguard.core.classify import Evidence, ExitStatus, Failure, classify, decode_exit
+from dsguard.core.ladder import Decision, PolicyConfig, RemedyContext, decide
+from dsguard.core.ledger import Ledger
+from dsguard.protocol import CAP_ZERO_TRANSPLANT
+
+#: Why the supervise phase stopped waiting: the launcher exited on its own, a fatal output
+#: line, a stop request to dsguard, or no progress for ``hang_timeout_s``.
+EndedBy = Literal["exit", "fatal", "stop", "hang"]
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything the judge may look at about one ended attempt."""
+
+    attempt: int
+    exit_code: int | None
+    ended_by: EndedBy
+    duration_s: float
+    evidence: tuple[Evidence, ...]
+    output_bytes: int
+    output_lines: int
+    #: Every pid seen in the attempt's tree (kernel OOM records and GPU holders name pids).
+    pids: tuple[int, ...]
+    #: Independent evidence that a SIGKILL was the OOM killer's (empty: none).
+    host_oom_evidence: tuple[str, ...]
+    #: A newer complete checkpoint appeared during the attempt.
+    progressed: bool
+    #: What the heartbeats announced; None when the attempt wrote none.
+    caps: frozenset[str] | None
+    last_step: int | None
+    last_loss: float | None
+    gpu_mem_peak_bytes: int | None
+    host_rss_peak_bytes: int | None
+
+    @property
+    def exit(self) -> ExitStatus:
+        return decode_exit(self.exit_code)
+
+
+def verdict(obs: Observation) -> Failure | None:
+    """The attempt's root cause, or None when it succeeded.
+
+    An attempt dsguard ended for a fatal line or a hang failed, whatever its exit code: an
+    exit 0 there comes from our SIGTERM (a trainer that saves and exits cleanly on it) or
+    from a shutdown after the error, not from finished training. Judging it by that 0 would
+    report success for an OOMed run (and, before this rule, crashed dsguard with an illegal
+    ``ending -> succeeded`` transition, which systemd answered by restarting a finished job).
+    An attempt that exited 0 *before* dsguard sent any signal is reported as ``exit`` by the
+    supervise phase and succeeds like any other.
+    """
+    status = obs.exit
+    if obs.ended_by in ("fatal", "hang") and status.raw == 0:
+        status = ExitStatus(raw=None, signal=None)  # unknown: the output decides
+    return classify(
+        obs.evidence, status, host_oom_confirmed=bool(obs.host_oom_evidence),
+        hang=obs.ended_by == "hang",
+    )  # fmt: skip
+
+
+def judge(
+    failure: Failure, ledger: Ledger, cfg: PolicyConfig, remedy_ctx: RemedyContext | None
+) -> Decision:
+    """What to do about ``failure`` given the run so far (``ledger`` already records it)."""
+    cfg_now = dataclasses.replace(
+        cfg,
+        ctx=dataclasses.replace(cfg.ctx, exact_zero_transfer=CAP_ZERO_TRANSPLANT in ledger.caps),
+    )
+    return decide(
+        failure.kind, knobs=ledger.knobs, positions=ledger.positions, history=ledger.history,
+        cfg=cfg_now, remedy_ctx=remedy_ctx,
+    )  # fmt: skip
