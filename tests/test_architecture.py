@@ -31,7 +31,7 @@ CORE_THIRD_PARTY = frozenset({"msgspec"})
 CORE_DSGUARD_LEAVES = frozenset({"errors", "exitcodes"})
 #: Units the function-length rule does not apply to yet, by path under ``src/dsguard``. The
 #: run loop is being rewritten; empty this once that lands (the test says when).
-LONG_FUNCTION_ALLOWED = frozenset({"run/loop.py"})
+LONG_FUNCTION_ALLOWED: frozenset[str] = frozenset()
 MAX_FUNCTION_LINES = 100
 #: ``python -m dsguard`` must reach the CLI; it is the one module outside ``cli/`` that may.
 CLI_ENTRY_POINTS = frozenset({"dsguard.__main__"})

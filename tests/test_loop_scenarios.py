@@ -22,7 +22,7 @@ from dsguard.job.file import load_job
 from dsguard.job.model import Job
 from dsguard.run.loop import Supervisor
 from dsguard.run.sdnotify import Notifier
-from dsguard.run.state import read_state, write_json_atomic
+from dsguard.run.state import State, read_state, write_json_atomic
 from dsguard.testing import Beat, FakeHost, Script
 from tests.conftest import write_job
 
@@ -51,7 +51,7 @@ def ok_attempt(**kw: Any) -> Script:
 class Outcome:
     code: int
     events: list[dict[str, Any]]
-    state: dict[str, Any]
+    state: State
     host: FakeHost
 
     def named(self, name: str) -> list[dict[str, Any]]:
@@ -117,7 +117,7 @@ def _recorded_run(tmp_path: Path, job: Job) -> None:
 
 
 def check_oom_ladder(o: Outcome) -> None:
-    assert o.code == 0 and o.state["state"] == "succeeded"
+    assert o.code == 0 and o.state.state == "succeeded"
     knobs = [(e["knobs"]["micro_batch_size"], e["knobs"]["gradient_accumulation_steps"])
              for e in o.named("attempt_started")]  # fmt: skip
     assert knobs == [(8, 1), (4, 2), (2, 4)]
@@ -133,7 +133,7 @@ def check_oom_ladder(o: Outcome) -> None:
 
 
 def check_ladder_exhausted(o: Outcome) -> None:
-    assert o.code == 1 and o.state["state"] == "gave_up"
+    assert o.code == 1 and o.state.state == "gave_up"
     done = o.terminal()
     assert done["event"] == "run_gave_up" and done["kind"] == "cuda_oom"
     assert "exhausted" in done["reason"] and done["knobs"]["micro_batch_size"] == 2
@@ -162,7 +162,7 @@ def check_max_attempts(o: Outcome) -> None:
 
 
 def check_preflight_later_rung(o: Outcome) -> None:
-    assert o.code == 1 and o.state["state"] == "gave_up"
+    assert o.code == 1 and o.state.state == "gave_up"
     assert len(o.named("attempt_started")) == 1
     assert o.named("preflight_refused")
     done = o.terminal()
@@ -200,7 +200,7 @@ def check_recovery(o: Outcome) -> None:
 
 
 def check_stop_in_backoff(o: Outcome) -> None:
-    assert o.code == 128 + signal.SIGTERM and o.state["state"] == "stopped"
+    assert o.code == 128 + signal.SIGTERM and o.state.state == "stopped"
     assert len(o.named("attempt_started")) == 1
     assert o.named("policy_applied")[0]["delay_s"] == 30.0
     done = o.terminal()
@@ -210,7 +210,7 @@ def check_stop_in_backoff(o: Outcome) -> None:
 
 
 def check_stop_in_attempt(o: Outcome) -> None:
-    assert o.code == 128 + signal.SIGINT and o.state["state"] == "stopped"
+    assert o.code == 128 + signal.SIGINT and o.state.state == "stopped"
     assert o.host.stop_requests, "the trainer announced save_and_stop: it is asked first"
     (saved,) = o.named("stop_save_finished")
     assert saved["exited"] is True and saved["exit_code"] == 0
@@ -377,7 +377,7 @@ def test_scenario(tmp_path: Path, sc: Scenario) -> None:
     assert set(done) - _ENVELOPE == TERMINAL_FIELDS | extra
     assert isinstance(done["duration_s"], float) and isinstance(done["attempts"], int)
     assert out.names[-2:] == [done["event"], "state_changed"]
-    assert out.state["state"] == done["event"].removeprefix("run_")
+    assert out.state.state == done["event"].removeprefix("run_")
     assert time.perf_counter() - t0 < 1.0, "a scenario must not wait on real time"
 
 

@@ -879,30 +879,35 @@ class Supervisor:
             return None
         try:
             prev = read_state(path)
-            prev_state = RunState(prev["state"])
-            ledger = Ledger.from_dict(prev["ledger"])
+            prev_state = prev.state
+            if prev.ledger is None:
+                raise ValueError("no ledger recorded")
+            ledger = Ledger.from_dict(prev.ledger)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             events.emit("state_discarded", path=path, reason=f"unreadable: {exc}")
             return None
         if prev_state in TERMINAL and prev_state is not RunState.STOPPED:
             return None  # that run is over: a new `dsguard run` starts a new one
-        if prev.get("job_knobs") != self.job.knobs.as_dict():
+        if prev.job_knobs != self.job.knobs.as_dict():
             events.emit(
-                "state_discarded", path=path, previous_run_id=prev.get("run_id"),
+                "state_discarded", path=path, previous_run_id=prev.run_id,
                 reason="the job's knobs changed since that run: starting a new ladder",
             )  # fmt: skip
             return None
         report: EndReport | None = None
         leftover: list[int] = []
-        current = prev.get("current_attempt")
-        if isinstance(current, dict):
-            ref = AttemptRef.from_dict(current)
+        current = prev.current_attempt
+        if current is not None:
+            ref = AttemptRef(
+                run_id=current.run_id, attempt=current.attempt, sid=current.sid,
+                started_epoch_s=current.started_epoch_s,
+            )  # fmt: skip
             leftover = self.host.processes(ref)
             if leftover:
                 report = self.host.end(ref, self.job.limits.fatal_grace_s, None)
         events.emit(
-            "run_recovered", previous_run_id=prev.get("run_id"),
-            previous_state=prev_state.value, previous_pid=prev.get("pid"),
+            "run_recovered", previous_run_id=prev.run_id,
+            previous_state=prev_state.value, previous_pid=prev.pid,
             attempts_so_far=ledger.attempt, knobs=ledger.knobs.as_dict(),
             positions=ledger.positions, phase=ledger.phase, leftover_pids=leftover,
             killed_pids=[] if report is None else list(report.killed_pids),

@@ -99,15 +99,6 @@ class State(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     attempt_log: str | None = None
     delay_s: float | None = None
 
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.__struct_fields__:
-            raise KeyError(key)
-        return msgspec.to_builtins(getattr(self, key))
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self[key] if key in self.__struct_fields__ else None
-        return default if value is None else value
-
 
 def state_from_dict(data: dict[str, Any]) -> State:
     """``data`` (as written, Paths and enums allowed) as a :class:`State`.
