@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dsguard.job.knobs import FLAG_KNOBS, Knobs, Offload
+from dsguard.job.knobs import ALWAYS_PASSED_KNOBS, FLAG_KNOBS, Knobs, Offload
 from dsguard.job.model import Job, LauncherKind
 from dsguard.protocol import (
     ATTEMPT_ENV,
@@ -106,14 +106,13 @@ def knob_args(job: Job, knobs: Knobs) -> list[str]:
     lacks, say, ``--dataloader_num_workers`` is not broken by a default it never asked for.
     """
     out: list[str] = []
-    always = {"micro_batch_size", "gradient_accumulation_steps"}
     for name in FLAG_KNOBS:
         flag = job.flags.get(name)
         value = getattr(knobs, name)
         if flag is None or value is None:
             continue
         changed = value != getattr(job.knobs, name)
-        if name in always or name in job.explicit_knobs or changed:
+        if name in ALWAYS_PASSED_KNOBS or name in job.explicit_knobs or changed:
             out += [flag, _render_value(value)]
     return out
 
