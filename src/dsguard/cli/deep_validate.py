@@ -20,11 +20,8 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dsguard.core.preflight import (
@@ -37,6 +34,7 @@ from dsguard.core.preflight import (
     uses_hf_trainer,
 )
 from dsguard.errors import Problem
+from dsguard.host.probe import run_probe
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import Job
 from dsguard.probes import DS_CONFIG_PROBE
@@ -132,33 +130,17 @@ def validate_in_environment(
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> EnvValidation:
     """Validate ``(config, world_size)`` pairs with the DeepSpeed installed for ``python``."""
-    with tempfile.TemporaryDirectory(prefix="dsguard-deep-") as tmp:
-        request = Path(tmp) / "in.json"
-        answer = Path(tmp) / "out.json"
-        request.write_text(
-            json.dumps({"configs": [{"config": c, "world_size": w} for c, w in items]})
-        )
-        try:
-            proc = subprocess.run(
-                [python, str(DS_CONFIG_PROBE), str(request), str(answer)],
-                env=dict(os.environ if env is None else env),
-                cwd=tmp,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except FileNotFoundError:
-            return EnvValidation(None, None, f"no such interpreter: {python}")
-        except OSError as exc:
-            return EnvValidation(None, None, f"cannot run {python}: {exc.strerror or exc}")
-        except subprocess.TimeoutExpired:
-            return EnvValidation(None, None, f"DeepSpeed's check timed out after {timeout_s:.0f} s")
-        try:
-            data = json.loads(answer.read_text())
-        except (OSError, ValueError):
-            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-            return EnvValidation(None, None, f"the check exited {proc.returncode}: {tail[-400:]}")
+    request = {"configs": [{"config": c, "world_size": w} for c, w in items]}
+    probe = run_probe(
+        DS_CONFIG_PROBE,
+        python,
+        env=os.environ if env is None else env,
+        timeout_s=timeout_s,
+        request=request,
+    )
+    data = probe.data
+    if not probe.ok or data is None:
+        return EnvValidation(None, None, f"DeepSpeed's check failed: {probe.error}")
     if "error" in data:
         return EnvValidation(None, None, f"deepspeed is not importable: {data['error']}")
     results = [

@@ -26,10 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +36,7 @@ import psutil
 
 from dsguard.host.gpu import GpuSnapshot, Unknown
 from dsguard.host.gpu import snapshot as gpu_snapshot
+from dsguard.host.probe import run_probe
 from dsguard.job.model import Job, LauncherKind
 from dsguard.probes import ENV_PROBE
 from dsguard.probes.env_probe import parse_alloc_conf
@@ -737,51 +735,11 @@ def run_env_probe(
     python: str, env: Mapping[str, str], *, timeout_s: float = PROBE_TIMEOUT_S
 ) -> ProbeOutcome:
     """Run :mod:`dsguard.probes.env_probe` with the training interpreter; keep partial facts."""
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="dsguard-doctor-") as tmp:
-        out = Path(tmp) / "facts.json"
-        error: str | None = None
-        try:
-            proc = subprocess.run(
-                [python, str(ENV_PROBE), str(out)],
-                env=dict(env),
-                cwd=tmp,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except FileNotFoundError:
-            error = f"no such interpreter: {python}"
-        except PermissionError:
-            error = f"not executable: {python}"
-        except OSError as exc:
-            error = f"cannot run {python}: {exc.strerror or exc}"
-        except subprocess.TimeoutExpired:
-            error = f"timed out after {timeout_s:.0f} s"
-        else:
-            if proc.returncode != 0:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                error = f"exit {_exit_word(proc.returncode)}: {' | '.join(tail)[-400:]}"
-        facts: dict[str, Any] | None = None
-        try:
-            facts = json.loads(out.read_text())
-        except (OSError, ValueError):
-            facts = None
-        if facts is not None and not facts.get("complete") and error is None:
-            error = "the probe stopped before it finished"
-    return ProbeOutcome(facts, error, time.monotonic() - start)
-
-
-def _exit_word(code: int) -> str:
-    if code < 0:
-        import signal
-
-        try:
-            return f"{code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return str(code)
-    return str(code)
+    probe = run_probe(ENV_PROBE, python, env=env, timeout_s=timeout_s)
+    facts, error = probe.data, probe.error
+    if facts is not None and not facts.get("complete") and error is None:
+        error = "the probe stopped before it finished"
+    return ProbeOutcome(facts, error, probe.duration_s)
 
 
 def _cgroup_memory_limit() -> int | None:

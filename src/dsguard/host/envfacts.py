@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from dsguard.core.envfacts import EnvFacts, GpuFact, Toolkit
+from dsguard.host.probe import run_probe
+from dsguard.probes import TORCH_FACTS_PROBE
 
 __all__ = [
     "EnvFacts",
@@ -83,7 +85,6 @@ _PROBE_ENV_KEYS: tuple[str, ...] = (
     "XDG_CACHE_HOME",
     "HOME",
 )
-_PROBE_MARK = "DSGUARD_ENVFACTS "
 
 
 def _opt_str(v: object) -> str | None:
@@ -269,9 +270,6 @@ def find_toolkits(
 
 # -- torch, from the training interpreter -------------------------------------------------------
 
-#: Runs in the training interpreter (by path: the supervisor never imports torch).
-_PROBE_FILE = Path(__file__).resolve().parent.parent / "probes" / "torch_facts.py"
-
 _probe_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
 _probe_lock = threading.Lock()
 
@@ -288,33 +286,13 @@ def _probe_torch(python: str, env: Mapping[str, str], timeout_s: float) -> dict[
         cached = _probe_cache.get(key)
     if cached is not None:
         return cached
-    try:
-        proc = subprocess.run(
-            [python, str(_PROBE_FILE)],
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"{python} did not answer within {timeout_s:g} s (importing torch)"}
-    except OSError as exc:
-        return {"error": f"cannot run {python}: {exc.strerror or exc}"}
-    line = next(
-        (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(_PROBE_MARK)), None
-    )
-    if line is None:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"{python} exited {proc.returncode}: {tail}"}
-    try:
-        result: dict[str, Any] = json.loads(line[len(_PROBE_MARK) :])
-    except ValueError:
-        return {"error": f"unreadable probe answer from {python}"}
+    probe = run_probe(TORCH_FACTS_PROBE, python, env=env, timeout_s=timeout_s)
+    if not probe.ok or probe.data is None:
+        why = probe.error or "no answer"
+        return {"error": why + (" (importing torch)" if probe.failure == "timeout" else "")}
     with _probe_lock:
-        _probe_cache[key] = result  # only answers are cached: a timeout may be transient
-    return result
+        _probe_cache[key] = probe.data  # only answers are cached: a timeout may be transient
+    return probe.data
 
 
 # -- GPUs, from NVML -------------------------------------------------------------------------
