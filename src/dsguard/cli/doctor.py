@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import psutil
 
+from dsguard.host import cgroup
 from dsguard.host.gpu import GpuSnapshot, Unknown
 from dsguard.host.gpu import snapshot as gpu_snapshot
 from dsguard.host.probe import run_probe
@@ -742,30 +743,6 @@ def run_env_probe(
     return ProbeOutcome(facts, error, probe.duration_s)
 
 
-def _cgroup_memory_limit() -> int | None:
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        hier, _, rest = line.partition(":")
-        controllers, _, rel = rest.partition(":")
-        candidates = []
-        if hier == "0" and controllers == "":
-            candidates.append(Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.max")
-        elif "memory" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
-            candidates.append(base / "memory.limit_in_bytes")
-        for c in candidates:
-            try:
-                text = c.read_text().strip()
-            except OSError:
-                continue
-            if text.isdigit() and int(text) < 1 << 60:
-                return int(text)
-    return None
-
-
 def _shm_total(path: str = "/dev/shm") -> int | None:
     try:
         st = os.statvfs(path)
@@ -877,7 +854,7 @@ def collect(
             available=vm.available,
             swap_total=sw.total,
             swap_used=sw.used,
-            cgroup_limit=_cgroup_memory_limit(),
+            cgroup_limit=cgroup.memory_limit(),
         )
     )
     multi = job is not None and (job.world_size > 1 or job.knobs.dataloader_workers > 0)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import importlib
 import json
 import os
 import re
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from dsguard.core.envfacts import EnvFacts, GpuFact, Toolkit
+from dsguard.host import gpu
 from dsguard.host.probe import run_probe
 from dsguard.probes import TORCH_FACTS_PROBE
 
@@ -58,6 +58,7 @@ __all__ = [
     "clear_cache",
     "detect",
     "find_toolkits",
+    "gpu_facts",
     "parse_nvcc_version",
     "parse_version_json",
     "parse_version_txt",
@@ -347,62 +348,19 @@ def read_gpus(
 ) -> tuple[tuple[GpuFact, ...] | None, str | None]:
     """Every GPU NVML sees with its compute capability, or (None, why) when unknown.
 
-    The query runs on a helper thread: a wedged GPU can block NVML indefinitely and the
-    caller is the run loop.
+    Read through :mod:`dsguard.host.gpu` (the one NVML reader: its retries of transient
+    errors and its helper thread, because a wedged GPU can block NVML indefinitely and the
+    caller is the run loop).
     """
-    box: list[tuple[tuple[GpuFact, ...] | None, str | None]] = []
-
-    def work() -> None:
-        box.append(_read_gpus(nvml))
-
-    t = threading.Thread(target=work, name="dsguard-envfacts-nvml", daemon=True)
-    t.start()
-    t.join(timeout_s)
-    if not box:
-        return None, f"NVML did not answer within {timeout_s:g} s (a wedged GPU?)"
-    return box[0]
+    snap = gpu.snapshot(nvml, timeout_s=timeout_s)
+    if isinstance(snap, gpu.Unknown):
+        return None, snap.reason
+    return gpu_facts(snap), None
 
 
-def _text(v: object) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
-
-def _read_gpus(nvml: Any | None) -> tuple[tuple[GpuFact, ...] | None, str | None]:
-    try:
-        mod = nvml if nvml is not None else importlib.import_module("pynvml")
-    except ImportError:
-        return None, "nvidia-ml-py (pynvml) is not installed"
-    err = getattr(mod, "NVMLError", Exception)
-    try:
-        mod.nvmlInit()
-    except err as exc:
-        return None, f"NVML unavailable: {_text(exc)}"
-    try:
-        try:
-            count = int(mod.nvmlDeviceGetCount())
-        except err as exc:
-            return None, f"NVML device count failed: {_text(exc)}"
-        out: list[GpuFact] = []
-        for i in range(count):
-            try:
-                handle = mod.nvmlDeviceGetHandleByIndex(i)
-            except err:
-                out.append(GpuFact(i, None, None, None))
-                continue
-            name = uuid = None
-            cap: tuple[int, int] | None = None
-            with contextlib.suppress(err):
-                name = _text(mod.nvmlDeviceGetName(handle))
-            with contextlib.suppress(err):
-                uuid = _text(mod.nvmlDeviceGetUUID(handle))
-            with contextlib.suppress(err):
-                major, minor = mod.nvmlDeviceGetCudaComputeCapability(handle)
-                cap = (int(major), int(minor))
-            out.append(GpuFact(i, uuid, name, cap))
-        return tuple(out), None
-    finally:
-        with contextlib.suppress(err):
-            mod.nvmlShutdown()
+def gpu_facts(snap: gpu.GpuSnapshot) -> tuple[GpuFact, ...]:
+    """The env-facts view of an NVML snapshot (index, UUID, name, compute capability)."""
+    return tuple(GpuFact(d.index, d.uuid, d.name, d.capability) for d in snap.devices)
 
 
 # -- torch-extension build locks ---------------------------------------------------------------
