@@ -34,7 +34,9 @@ from typing import Any, Literal
 
 import psutil
 
+from dsguard.core.envfacts import EnvFacts
 from dsguard.host import cgroup
+from dsguard.host.envfacts import BuildLock, build_locks, detect, gpu_facts
 from dsguard.host.gpu import GpuSnapshot, Unknown
 from dsguard.host.gpu import snapshot as gpu_snapshot
 from dsguard.host.probe import run_probe
@@ -129,6 +131,8 @@ class DoctorReport:
     probe_s: float | None = None
     #: The probe's raw facts (``--json`` consumers and bug reports); None if it never ran.
     facts: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: The training environment as the run loop's remedies see it (``host.envfacts.detect``).
+    env_facts: EnvFacts | None = field(default=None, compare=False)
 
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for c in self.checks if c.status == s) for s in STATUSES}
@@ -142,6 +146,7 @@ class DoctorReport:
             "counts": self.counts(),
             "checks": [c.as_dict() for c in self.checks],
             "facts": self.facts,
+            "env_facts": None if self.env_facts is None else self.env_facts.as_dict(),
         }
 
 
@@ -477,7 +482,15 @@ def classify_deepspeed(
     return rows
 
 
-def classify_jit(facts: Mapping[str, Any], *, now: float | None = None) -> Check | None:
+def classify_jit(
+    facts: Mapping[str, Any], *, locks: Sequence[BuildLock] | None = None
+) -> Check | None:
+    """The JIT extensions cache: writable, and no build lock that would hang the next build.
+
+    ``locks``: the verdicts of :func:`dsguard.host.envfacts.build_locks` on the extensions dir
+    the run loop cleans (the same verdict it acts on). Without them, the probe's list of lock
+    files is used, each with an unknown verdict.
+    """
     j = facts.get("jit")
     if j is None:
         return None
@@ -491,21 +504,38 @@ def classify_jit(facts: Mapping[str, Any], *, now: float | None = None) -> Check
             f"{where} is not writable: JIT builds of DeepSpeed ops fail",
             "set TORCH_EXTENSIONS_DIR to a writable directory in the job's env",
         )
-    locks = j.get("locks") or []
-    if locks:
-        shown = ", ".join(
-            f"{lk['path']} ({'?' if lk.get('age_s') is None else int(lk['age_s'])} s old)"
-            for lk in locks
+    if locks is None:
+        locks = [BuildLock(Path(lk["path"]), None, lk.get("age_s")) for lk in j.get("locks") or []]
+
+    def shown(which: Sequence[BuildLock]) -> str:
+        return ", ".join(
+            f"{lk.path} ({'?' if lk.age_s is None else int(lk.age_s)} s old)" for lk in which
         )
+
+    hang = "every rank's next build of that op waits on it forever (a hang)"
+    stale = [lk for lk in locks if lk.held is False]
+    if stale:
         return Check(
             "jit cache",
             "warn",
-            f"lock file(s) left by an interrupted build: {shown}; every rank's next build of "
-            "that op waits on it forever (a hang)",
+            f"stale lock file(s) left by an interrupted build, held by no process: "
+            f"{shown(stale)}; {hang}",
+            "delete the lock file(s); `dsguard run` removes them itself before an attempt",
+        )
+    maybe = [lk for lk in locks if lk.held is None]
+    if maybe:
+        return Check(
+            "jit cache",
+            "warn",
+            f"lock file(s) left by an interrupted build: {shown(maybe)}; {hang}",
             "if no build is running now, delete the lock file(s)",
         )
     built = j.get("built") or []
-    return Check("jit cache", "ok", where + (f"; built: {', '.join(built)}" if built else ""))
+    value = where + (f"; built: {', '.join(built)}" if built else "")
+    running = [lk for lk in locks if lk.held]
+    if running:
+        value += f"; a build is running now (lock held): {shown(running)}"
+    return Check("jit cache", "ok", value)
 
 
 def classify_alloc_conf(env: Mapping[str, str | None], scan: Mapping[str, Any] | None) -> Check:
@@ -816,6 +846,16 @@ def collect(
     facts = outcome.facts or {}
     snap = (gpu or (lambda: gpu_snapshot(timeout_s=15.0)))()
     nvml_gpus = None if isinstance(snap, Unknown) else len(snap.devices)
+    # The same facts the remedies decide on (run loop), from the same snapshot.
+    env_facts = detect(
+        py,
+        env=env,
+        gpus=job.gpus if job is not None else None,
+        read_gpu=lambda: (
+            (None, snap.reason) if isinstance(snap, Unknown) else (gpu_facts(snap), None)
+        ),
+        torch_timeout_s=probe_timeout_s,
+    )
     torch_facts = facts.get("torch") or {}
     torch_cuda = bool(torch_facts.get("cuda") or torch_facts.get("hip"))
 
@@ -841,7 +881,8 @@ def collect(
             classify_deepspeed(facts, python=py, needs_deepspeed=needs_ds, uses_nvme=uses_nvme)
         )
         checks.append(classify_hf(facts, python=py, needs_hf=needs_hf))
-        jit = classify_jit(facts)
+        jit_dir = env_facts.torch_extensions_dir or (facts.get("jit") or {}).get("dir")
+        jit = classify_jit(facts, locks=build_locks(jit_dir) if jit_dir else None)
         if jit is not None:
             checks.append(jit)
     checks.extend(
@@ -875,6 +916,7 @@ def collect(
         job=job.name if job is not None else None,
         probe_s=outcome.duration_s,
         facts=outcome.facts,
+        env_facts=env_facts,
     )
 
 

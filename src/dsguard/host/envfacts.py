@@ -42,7 +42,9 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +54,11 @@ from dsguard.host.probe import run_probe
 from dsguard.probes import TORCH_FACTS_PROBE
 
 __all__ = [
+    "BuildLock",
     "EnvFacts",
     "GpuFact",
     "Toolkit",
+    "build_locks",
     "clear_cache",
     "detect",
     "find_toolkits",
@@ -366,8 +370,23 @@ def gpu_facts(snap: gpu.GpuSnapshot) -> tuple[GpuFact, ...]:
 # -- torch-extension build locks ---------------------------------------------------------------
 
 
-def stale_build_locks(ext_dir: str | Path, *, proc: str | Path = "/proc") -> list[Path]:
-    """``<ext_dir>/<op>/lock`` files that no live process holds open.
+@dataclass(frozen=True, slots=True)
+class BuildLock:
+    """One ``<ext_dir>/<op>/lock`` file and the verdict on it."""
+
+    path: Path
+    #: True: a live process holds it open (a build is running; leave it). False: no process
+    #: does (stale: safe to delete). None: cannot tell, because some process's fds could not
+    #: be read (another user's) and any lock may be its.
+    held: bool | None
+    #: Seconds since the lock was last modified (None: it vanished while being looked at).
+    age_s: float | None
+
+
+def build_locks(
+    ext_dir: str | Path, *, proc: str | Path = "/proc", now: float | None = None
+) -> list[BuildLock]:
+    """Every ``<ext_dir>/<op>/lock`` file with the one verdict dsguard has on it.
 
     torch's JIT build (``cpp_extension._jit_compile``) takes a ``FileBaton``: it creates
     ``lock`` with O_EXCL, keeps the fd open while ninja runs, and removes it when done. A
@@ -375,36 +394,59 @@ def stale_build_locks(ext_dir: str | Path, *, proc: str | Path = "/proc") -> lis
     killer, a user's kill -9) leaves the file behind, and every later process that loads *any*
     build of that op, even an up-to-date one, waits on it forever with no output: the next
     attempt looks like a hang. A lock is stale only when every process's fds could be read
-    and none points at it; a process whose fds cannot be read (another user's) makes the
-    answer "maybe held", and the lock is not reported.
+    and none points at it. ``dsguard doctor`` reports these verdicts and the run loop removes
+    exactly the stale ones (:func:`stale_build_locks`): the two never disagree.
     """
     root = Path(ext_dir)
     try:
-        locks = [p for p in root.glob("*/lock") if p.is_file()]
+        locks = sorted(p for p in root.glob("*/lock") if p.is_file())
     except OSError:
         return []
     if not locks:
         return []
     wanted = {os.path.realpath(p): p for p in locks}
+    held, complete = _held_files(set(wanted), Path(proc))
+    when = time.time() if now is None else now
+    out: list[BuildLock] = []
+    for real, path in wanted.items():
+        age: float | None = None
+        with contextlib.suppress(OSError):
+            age = max(0.0, when - path.stat().st_mtime)
+        verdict: bool | None = True if real in held else (False if complete else None)
+        out.append(BuildLock(path, verdict, age))
+    return sorted(out, key=lambda lk: lk.path)
+
+
+def _held_files(wanted: set[str], proc: Path) -> tuple[set[str], bool]:
+    """Which of ``wanted`` (real paths) some live process has open, and whether every
+    process's fds could be read (False: the answer is incomplete)."""
     held: set[str] = set()
     try:
         pids = [e.name for e in os.scandir(proc) if e.name.isdigit()]
     except OSError:
-        return []
+        return held, False
+    complete = True
     for pid in pids:
         try:
-            fds = os.scandir(Path(proc) / pid / "fd")
+            fds = os.scandir(proc / pid / "fd")
         except FileNotFoundError:
             continue  # exited meanwhile
         except OSError:
-            return []  # cannot see this process's fds: any lock may be its
+            complete = False  # cannot see this process's fds: any lock may be its
+            continue
         with fds:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     target = os.readlink(fd.path)
                     if target in wanted:
                         held.add(target)
-    return sorted(p for real, p in wanted.items() if real not in held)
+    return held, complete
+
+
+def stale_build_locks(ext_dir: str | Path, *, proc: str | Path = "/proc") -> list[Path]:
+    """The lock files :func:`build_locks` finds stale: the ones the run loop removes before
+    relaunching an attempt."""
+    return [lk.path for lk in build_locks(ext_dir, proc=proc) if lk.held is False]
 
 
 # -- all together ------------------------------------------------------------------------------
