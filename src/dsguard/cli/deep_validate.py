@@ -30,9 +30,9 @@ from dsguard.core.preflight import (
     MICRO,
     TRAIN_BATCH,
     Fix,
-    check_deepspeed_config,
     uses_hf_trainer,
 )
+from dsguard.core.render import render_attempt_config
 from dsguard.errors import Problem
 from dsguard.host.probe import run_probe
 from dsguard.job.knobs import Knobs
@@ -171,8 +171,6 @@ def run_deep_validation(
     Problems are :class:`dsguard.errors.Problem` located at the base DeepSpeed config, the
     file the user edits; a later rung's problem says which rung renders it.
     """
-    from dsguard.run.launch import render_deepspeed_config
-
     spec = job.deepspeed
     if spec is None:
         return DeepValidation()
@@ -191,14 +189,12 @@ def run_deep_validation(
     rendered_seen: set[str] = set()
     fixes: list[Fix] = []
     for label, knobs in _ladder_knobs(job) if ladder else [("attempt 1", job.knobs)]:
-        rendered = render_deepspeed_config(spec.base, knobs, job.world_size)
-        key = json.dumps(rendered, sort_keys=True, default=repr)
+        # No remedies: they answer failures of a run, and validation runs before any.
+        pre = render_attempt_config(job, knobs, remedies=(), world_size=job.world_size)
+        key = json.dumps(pre.rendered, sort_keys=True, default=repr)
         if key in rendered_seen:
             continue
         rendered_seen.add(key)
-        pre = check_deepspeed_config(
-            rendered, knobs=knobs, world_size=job.world_size, hf_trainer=hf
-        )
         if label == "attempt 1":
             fixes = pre.fixes
         for p in pre.problems:

@@ -100,13 +100,9 @@ def cmd_validate(ns: argparse.Namespace) -> int:
             "config(s) (attempt 1 and every rung of the ladder)"
         )
     elif job.deepspeed is not None:
-        from dsguard.core.preflight import check_deepspeed_config, uses_hf_trainer
-        from dsguard.run.launch import render_deepspeed_config
+        from dsguard.core.render import render_attempt_config
 
-        rendered = render_deepspeed_config(job.deepspeed.base, job.knobs, job.world_size)
-        pre = check_deepspeed_config(
-            rendered, knobs=job.knobs, world_size=job.world_size, hf_trainer=uses_hf_trainer(job)
-        )
+        pre = render_attempt_config(job, job.knobs, remedies=(), world_size=job.world_size)
         for fix in pre.fixes:
             print(f"{job.deepspeed.config_path}: fixed at launch: {fix}")
         if pre.problems:
