@@ -35,6 +35,7 @@ from typing import Any, Literal
 import psutil
 
 from dsguard.core.envfacts import EnvFacts
+from dsguard.exitcodes import EXIT_BLOCKED, EXIT_OK
 from dsguard.host import cgroup
 from dsguard.host.envfacts import BuildLock, build_locks, detect, gpu_facts
 from dsguard.host.gpu import GpuSnapshot, Unknown
@@ -152,7 +153,7 @@ class DoctorReport:
 
 def exit_code(report: DoctorReport) -> int:
     """0 when nothing blocks the job (warnings included), 1 for any blocker."""
-    return 1 if any(c.status == "blocker" for c in report.checks) else 0
+    return EXIT_BLOCKED if any(c.status == "blocker" for c in report.checks) else EXIT_OK
 
 
 def _gib(n: float | None) -> str:

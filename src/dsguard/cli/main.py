@@ -21,10 +21,8 @@ from typing import Any
 
 from dsguard import __version__
 from dsguard.errors import JobFileError
-from dsguard.exitcodes import EXIT_INTERNAL_ERROR, EXIT_USAGE
+from dsguard.exitcodes import EXIT_INTERNAL_ERROR, EXIT_OK, EXIT_USAGE
 from dsguard.job.model import Job
-
-EXIT_OK = 0
 
 
 def _load(path: str) -> Job:
