@@ -822,6 +822,25 @@ def _probe_blocker(outcome: ProbeOutcome, python: str) -> Check:
     )
 
 
+def _env_facts(
+    python: str,
+    env: Mapping[str, str],
+    job: Job | None,
+    snap: GpuSnapshot | Unknown,
+    timeout_s: float,
+) -> EnvFacts:
+    """The same facts the remedies decide on in the run loop, read from the doctor's NVML
+    snapshot (one NVML pass: the doctor's GPU rows and the env facts cannot disagree)."""
+    gpu_answer = (None, snap.reason) if isinstance(snap, Unknown) else (gpu_facts(snap), None)
+    return detect(
+        python,
+        env=env,
+        gpus=job.gpus if job is not None else None,
+        read_gpu=lambda: gpu_answer,
+        torch_timeout_s=timeout_s,
+    )
+
+
 def collect(
     job: Job | None,
     *,
@@ -847,16 +866,7 @@ def collect(
     facts = outcome.facts or {}
     snap = (gpu or (lambda: gpu_snapshot(timeout_s=15.0)))()
     nvml_gpus = None if isinstance(snap, Unknown) else len(snap.devices)
-    # The same facts the remedies decide on (run loop), from the same snapshot.
-    env_facts = detect(
-        py,
-        env=env,
-        gpus=job.gpus if job is not None else None,
-        read_gpu=lambda: (
-            (None, snap.reason) if isinstance(snap, Unknown) else (gpu_facts(snap), None)
-        ),
-        torch_timeout_s=probe_timeout_s,
-    )
+    env_facts = _env_facts(py, env, job, snap, probe_timeout_s)
     torch_facts = facts.get("torch") or {}
     torch_cuda = bool(torch_facts.get("cuda") or torch_facts.get("hip"))
 
