@@ -33,6 +33,7 @@ from dsguard.cli.doctor import (
     render_table,
 )
 from dsguard.cli.doctor import _disk_check as disk_check
+from dsguard.host.envfacts import BuildLock
 from dsguard.host.gpu import GpuDevice, GpuProcess, GpuSnapshot, Unknown
 from dsguard.job.file import load_job
 from dsguard.probes.env_probe import parse_alloc_conf
@@ -230,6 +231,25 @@ def test_jit_cache() -> None:
     row = classify_jit({"jit": dict(base, writable=False)})
     assert row is not None and row.status == "warn" and "TORCH_EXTENSIONS_DIR" in (row.fix or "")
     assert classify_jit({}) is None
+
+
+def test_jit_cache_uses_the_run_loops_lock_verdict() -> None:
+    """With verdicts from host.envfacts.build_locks: stale warns (dsguard run removes it),
+    held is a running build (ok), unknown warns with the careful fix."""
+    base = {"dir": "/x", "exists": True, "writable": True, "locks": [], "built": []}
+    stale = BuildLock(Path("/x/cpu_adam/lock"), False, 10.0)
+    held = BuildLock(Path("/x/fused_adam/lock"), True, 2.0)
+    unknown = BuildLock(Path("/x/async_io/lock"), None, None)
+    row = classify_jit({"jit": base}, locks=[stale, held])
+    assert row is not None and row.status == "warn"
+    assert "held by no process" in row.value and "/x/cpu_adam/lock (10 s old)" in row.value
+    assert "fused_adam" not in row.value and "dsguard run" in (row.fix or "")
+    row = classify_jit({"jit": base}, locks=[held])
+    assert row is not None and row.status == "ok" and "build is running" in row.value
+    row = classify_jit({"jit": base}, locks=[unknown])
+    assert row is not None and row.status == "warn" and "(? s old)" in row.value
+    assert row.fix == "if no build is running now, delete the lock file(s)"
+    assert classify_jit({"jit": base}, locks=[]) == Check("jit cache", "ok", "/x")
 
 
 # -- PYTORCH_CUDA_ALLOC_CONF ----------------------------------------------------------------
@@ -470,3 +490,16 @@ def test_probe_sees_the_jobs_environment(bare_python: str) -> None:
     report = collect(None, python=bare_python, gpu=_no_gpu, base_env=env)
     row = next(c for c in report.checks if c.name == "PYTORCH_CUDA_ALLOC_CONF")
     assert row.status == "warn" and "bogus_key" in row.value
+
+
+def test_report_carries_the_env_facts_the_remedies_use(tmp_path: Path) -> None:
+    """doctor reads the training environment through host.envfacts.detect too, from the same
+    NVML snapshot as its GPU rows, so doctor and the run loop's remedies see one set of facts."""
+    why = "no NVML library: no NVIDIA driver on this host"
+    report = collect(None, python=str(tmp_path / "no-python"), gpu=lambda: Unknown(why))
+    facts = report.env_facts
+    assert facts is not None
+    assert facts.python == str(tmp_path / "no-python")
+    assert facts.torch_version is None and "no such interpreter" in (facts.torch_error or "")
+    assert facts.gpus is None and facts.gpu_error == why
+    assert report.as_dict()["env_facts"]["gpu_error"] == why

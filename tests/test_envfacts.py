@@ -24,6 +24,7 @@ from dsguard.host import envfacts
 from dsguard.host.envfacts import (
     EnvFacts,
     GpuFact,
+    build_locks,
     clear_cache,
     detect,
     find_toolkits,
@@ -406,3 +407,46 @@ def test_stale_build_lock_of_a_killed_build(tmp_path: Path) -> None:
     assert lock.is_file()  # the baton was never released
     assert stale_build_locks(tmp_path) == [lock]
     assert stale_build_locks(tmp_path / "missing") == []
+
+
+def _fake_proc(
+    tmp_path: Path, fds: dict[str, list[Path]], unreadable: tuple[str, ...] = ()
+) -> Path:
+    """A /proc stand-in: ``<pid>/fd/<n>`` symlinks to the files each pid holds open; a pid in
+    ``unreadable`` has an ``fd`` that is a file, so listing it fails like EACCES would."""
+    proc = tmp_path / "proc"
+    for pid, files in fds.items():
+        fd_dir = proc / pid / "fd"
+        fd_dir.mkdir(parents=True)
+        for n, target in enumerate(files):
+            (fd_dir / str(n)).symlink_to(target)
+    for pid in unreadable:
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "fd").write_text("")
+    (proc / "self").mkdir(parents=True, exist_ok=True)  # not a pid: ignored
+    return proc
+
+
+def test_build_lock_verdicts_held_stale_unknown(tmp_path: Path) -> None:
+    """One verdict per lock: held by a live process, stale, or unknown when some process's
+    fds cannot be read; only the stale ones are what the run loop removes."""
+    ext = tmp_path / "ext"
+    held_lock, stale_lock = ext / "cpu_adam" / "lock", ext / "fused_adam" / "lock"
+    for lock in (held_lock, stale_lock):
+        lock.parent.mkdir(parents=True)
+        lock.write_text("")
+    (ext / "no_lock_op").mkdir()
+    proc = _fake_proc(tmp_path / "a", {"100": [held_lock], "200": [tmp_path]})
+    locks = build_locks(ext, proc=proc, now=time.time() + 60)
+    assert [(lk.path, lk.held) for lk in locks] == [(held_lock, True), (stale_lock, False)]
+    assert all(lk.age_s is not None and lk.age_s >= 59 for lk in locks)
+    assert stale_build_locks(ext, proc=proc) == [stale_lock]
+
+    blind = _fake_proc(tmp_path / "b", {"100": [held_lock]}, unreadable=("300",))
+    assert [(lk.path, lk.held) for lk in build_locks(ext, proc=blind)] == [
+        (held_lock, True),
+        (stale_lock, None),
+    ]
+    assert stale_build_locks(ext, proc=blind) == []  # maybe held: never removed
+    assert build_locks(ext, proc=tmp_path / "no-proc")[1].held is None
+    assert build_locks(tmp_path / "missing") == []

@@ -43,12 +43,13 @@ def in_thread(fn: Callable[[], None]) -> threading.Thread:
 def test_existing_then_appended_events_from_the_real_event_log(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     log = EventLog(path, run_id="R")
+    # Real event records (the log refuses made-up ones); lines of very different lengths.
     for i in range(3):
-        log.emit("old", n=i)
+        log.emit("build_lock_removed", path=f"old/{i}")
 
     def writer() -> None:
         for i in range(200):
-            log.emit("new", n=i, blob="x" * (i * 37 % 5000))
+            log.emit("build_lock_removed", path=f"new/{i}/" + "x" * (i * 37 % 5000))
             if i % 20 == 0:
                 time.sleep(0.01)
 
@@ -58,8 +59,8 @@ def test_existing_then_appended_events_from_the_real_event_log(tmp_path: Path) -
     got = collect(it, 203, stop)
     t.join()
     log.close()
-    assert [e["n"] for e in got] == [0, 1, 2, *range(200)]
-    assert [e["event"] for e in got[:4]] == ["old", "old", "old", "new"]
+    assert [int(e["path"].split("/")[1]) for e in got] == [0, 1, 2, *range(200)]
+    assert [e["path"].split("/")[0] for e in got[:4]] == ["old", "old", "old", "new"]
 
 
 def test_a_line_written_in_pieces_is_yielded_once_whole(tmp_path: Path) -> None:
@@ -101,14 +102,14 @@ def test_waits_for_the_file_to_appear(tmp_path: Path) -> None:
     def writer() -> None:
         time.sleep(0.1)
         log = EventLog(path, run_id="R")
-        log.emit("run_started")
-        log.emit("attempt_started", pid=1)
+        log.emit("build_lock_removed", path="a")
+        log.emit("hang_suspected", silent_s=1.0, gpu_busy=True)
         log.close()
 
     t = in_thread(writer)
     got = collect(it, 2, stop)
     t.join()
-    assert [e["event"] for e in got] == ["run_started", "attempt_started"]
+    assert [e["event"] for e in got] == ["build_lock_removed", "hang_suspected"]
 
 
 def test_stop_ends_the_follow_promptly(tmp_path: Path) -> None:

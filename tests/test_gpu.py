@@ -357,3 +357,36 @@ def test_release_with_the_fake_nvml_end_to_end() -> None:
 def test_nothing_to_wait_for() -> None:
     res = wait_for_release([], 5, probe=lambda: Unknown("never asked"))
     assert res.released and res.polls == 0
+
+
+class _CapOnlyNvml:
+    """A binding with the capability call but no memory/utilisation/process calls."""
+
+    NVMLError = pynvml.NVMLError
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
+        if h == 1:
+            raise pynvml.NVMLError_NotSupported()
+        return (9, 0)
+
+
+def test_capability_is_read_and_missing_binding_calls_are_none() -> None:
+    """One NVML reader serves the env facts too: capability comes from the same snapshot."""
+    snap = snapshot(_CapOnlyNvml(), sleep=lambda _s: None)
+    assert isinstance(snap, GpuSnapshot)
+    d0, d1 = snap.devices
+    assert d0.capability == (9, 0) and d0.errors == ()
+    assert d0.total_bytes is None and d0.processes is None and snap.driver_version is None
+    assert d1.capability is None and d1.errors == ("capability: Not Supported",)

@@ -20,11 +20,8 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dsguard.core.preflight import (
@@ -33,10 +30,11 @@ from dsguard.core.preflight import (
     MICRO,
     TRAIN_BATCH,
     Fix,
-    check_deepspeed_config,
     uses_hf_trainer,
 )
+from dsguard.core.render import render_attempt_config
 from dsguard.errors import Problem
+from dsguard.host.probe import run_probe
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import Job
 from dsguard.probes import DS_CONFIG_PROBE
@@ -132,33 +130,17 @@ def validate_in_environment(
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> EnvValidation:
     """Validate ``(config, world_size)`` pairs with the DeepSpeed installed for ``python``."""
-    with tempfile.TemporaryDirectory(prefix="dsguard-deep-") as tmp:
-        request = Path(tmp) / "in.json"
-        answer = Path(tmp) / "out.json"
-        request.write_text(
-            json.dumps({"configs": [{"config": c, "world_size": w} for c, w in items]})
-        )
-        try:
-            proc = subprocess.run(
-                [python, str(DS_CONFIG_PROBE), str(request), str(answer)],
-                env=dict(os.environ if env is None else env),
-                cwd=tmp,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except FileNotFoundError:
-            return EnvValidation(None, None, f"no such interpreter: {python}")
-        except OSError as exc:
-            return EnvValidation(None, None, f"cannot run {python}: {exc.strerror or exc}")
-        except subprocess.TimeoutExpired:
-            return EnvValidation(None, None, f"DeepSpeed's check timed out after {timeout_s:.0f} s")
-        try:
-            data = json.loads(answer.read_text())
-        except (OSError, ValueError):
-            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-            return EnvValidation(None, None, f"the check exited {proc.returncode}: {tail[-400:]}")
+    request = {"configs": [{"config": c, "world_size": w} for c, w in items]}
+    probe = run_probe(
+        DS_CONFIG_PROBE,
+        python,
+        env=os.environ if env is None else env,
+        timeout_s=timeout_s,
+        request=request,
+    )
+    data = probe.data
+    if not probe.ok or data is None:
+        return EnvValidation(None, None, f"DeepSpeed's check failed: {probe.error}")
     if "error" in data:
         return EnvValidation(None, None, f"deepspeed is not importable: {data['error']}")
     results = [
@@ -189,8 +171,6 @@ def run_deep_validation(
     Problems are :class:`dsguard.errors.Problem` located at the base DeepSpeed config, the
     file the user edits; a later rung's problem says which rung renders it.
     """
-    from dsguard.run.launch import render_deepspeed_config
-
     spec = job.deepspeed
     if spec is None:
         return DeepValidation()
@@ -209,14 +189,12 @@ def run_deep_validation(
     rendered_seen: set[str] = set()
     fixes: list[Fix] = []
     for label, knobs in _ladder_knobs(job) if ladder else [("attempt 1", job.knobs)]:
-        rendered = render_deepspeed_config(spec.base, knobs, job.world_size)
-        key = json.dumps(rendered, sort_keys=True, default=repr)
+        # No remedies: they answer failures of a run, and validation runs before any.
+        pre = render_attempt_config(job, knobs, remedies=(), world_size=job.world_size)
+        key = json.dumps(pre.rendered, sort_keys=True, default=repr)
         if key in rendered_seen:
             continue
         rendered_seen.add(key)
-        pre = check_deepspeed_config(
-            rendered, knobs=knobs, world_size=job.world_size, hf_trainer=hf
-        )
         if label == "attempt 1":
             fixes = pre.fixes
         for p in pre.problems:

@@ -26,10 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +34,13 @@ from typing import Any, Literal
 
 import psutil
 
+from dsguard.core.envfacts import EnvFacts
+from dsguard.exitcodes import EXIT_BLOCKED, EXIT_OK
+from dsguard.host import cgroup
+from dsguard.host.envfacts import BuildLock, build_locks, detect, gpu_facts
 from dsguard.host.gpu import GpuSnapshot, Unknown
 from dsguard.host.gpu import snapshot as gpu_snapshot
+from dsguard.host.probe import run_probe
 from dsguard.job.model import Job, LauncherKind
 from dsguard.probes import ENV_PROBE
 from dsguard.probes.env_probe import parse_alloc_conf
@@ -130,6 +132,8 @@ class DoctorReport:
     probe_s: float | None = None
     #: The probe's raw facts (``--json`` consumers and bug reports); None if it never ran.
     facts: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: The training environment as the run loop's remedies see it (``host.envfacts.detect``).
+    env_facts: EnvFacts | None = field(default=None, compare=False)
 
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for c in self.checks if c.status == s) for s in STATUSES}
@@ -143,12 +147,13 @@ class DoctorReport:
             "counts": self.counts(),
             "checks": [c.as_dict() for c in self.checks],
             "facts": self.facts,
+            "env_facts": None if self.env_facts is None else self.env_facts.as_dict(),
         }
 
 
 def exit_code(report: DoctorReport) -> int:
     """0 when nothing blocks the job (warnings included), 1 for any blocker."""
-    return 1 if any(c.status == "blocker" for c in report.checks) else 0
+    return EXIT_BLOCKED if any(c.status == "blocker" for c in report.checks) else EXIT_OK
 
 
 def _gib(n: float | None) -> str:
@@ -478,7 +483,15 @@ def classify_deepspeed(
     return rows
 
 
-def classify_jit(facts: Mapping[str, Any], *, now: float | None = None) -> Check | None:
+def classify_jit(
+    facts: Mapping[str, Any], *, locks: Sequence[BuildLock] | None = None
+) -> Check | None:
+    """The JIT extensions cache: writable, and no build lock that would hang the next build.
+
+    ``locks``: the verdicts of :func:`dsguard.host.envfacts.build_locks` on the extensions dir
+    the run loop cleans (the same verdict it acts on). Without them, the probe's list of lock
+    files is used, each with an unknown verdict.
+    """
     j = facts.get("jit")
     if j is None:
         return None
@@ -492,21 +505,38 @@ def classify_jit(facts: Mapping[str, Any], *, now: float | None = None) -> Check
             f"{where} is not writable: JIT builds of DeepSpeed ops fail",
             "set TORCH_EXTENSIONS_DIR to a writable directory in the job's env",
         )
-    locks = j.get("locks") or []
-    if locks:
-        shown = ", ".join(
-            f"{lk['path']} ({'?' if lk.get('age_s') is None else int(lk['age_s'])} s old)"
-            for lk in locks
+    if locks is None:
+        locks = [BuildLock(Path(lk["path"]), None, lk.get("age_s")) for lk in j.get("locks") or []]
+
+    def shown(which: Sequence[BuildLock]) -> str:
+        return ", ".join(
+            f"{lk.path} ({'?' if lk.age_s is None else int(lk.age_s)} s old)" for lk in which
         )
+
+    hang = "every rank's next build of that op waits on it forever (a hang)"
+    stale = [lk for lk in locks if lk.held is False]
+    if stale:
         return Check(
             "jit cache",
             "warn",
-            f"lock file(s) left by an interrupted build: {shown}; every rank's next build of "
-            "that op waits on it forever (a hang)",
+            f"stale lock file(s) left by an interrupted build, held by no process: "
+            f"{shown(stale)}; {hang}",
+            "delete the lock file(s); `dsguard run` removes them itself before an attempt",
+        )
+    maybe = [lk for lk in locks if lk.held is None]
+    if maybe:
+        return Check(
+            "jit cache",
+            "warn",
+            f"lock file(s) left by an interrupted build: {shown(maybe)}; {hang}",
             "if no build is running now, delete the lock file(s)",
         )
     built = j.get("built") or []
-    return Check("jit cache", "ok", where + (f"; built: {', '.join(built)}" if built else ""))
+    value = where + (f"; built: {', '.join(built)}" if built else "")
+    running = [lk for lk in locks if lk.held]
+    if running:
+        value += f"; a build is running now (lock held): {shown(running)}"
+    return Check("jit cache", "ok", value)
 
 
 def classify_alloc_conf(env: Mapping[str, str | None], scan: Mapping[str, Any] | None) -> Check:
@@ -737,75 +767,11 @@ def run_env_probe(
     python: str, env: Mapping[str, str], *, timeout_s: float = PROBE_TIMEOUT_S
 ) -> ProbeOutcome:
     """Run :mod:`dsguard.probes.env_probe` with the training interpreter; keep partial facts."""
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="dsguard-doctor-") as tmp:
-        out = Path(tmp) / "facts.json"
-        error: str | None = None
-        try:
-            proc = subprocess.run(
-                [python, str(ENV_PROBE), str(out)],
-                env=dict(env),
-                cwd=tmp,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except FileNotFoundError:
-            error = f"no such interpreter: {python}"
-        except PermissionError:
-            error = f"not executable: {python}"
-        except OSError as exc:
-            error = f"cannot run {python}: {exc.strerror or exc}"
-        except subprocess.TimeoutExpired:
-            error = f"timed out after {timeout_s:.0f} s"
-        else:
-            if proc.returncode != 0:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                error = f"exit {_exit_word(proc.returncode)}: {' | '.join(tail)[-400:]}"
-        facts: dict[str, Any] | None = None
-        try:
-            facts = json.loads(out.read_text())
-        except (OSError, ValueError):
-            facts = None
-        if facts is not None and not facts.get("complete") and error is None:
-            error = "the probe stopped before it finished"
-    return ProbeOutcome(facts, error, time.monotonic() - start)
-
-
-def _exit_word(code: int) -> str:
-    if code < 0:
-        import signal
-
-        try:
-            return f"{code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return str(code)
-    return str(code)
-
-
-def _cgroup_memory_limit() -> int | None:
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        hier, _, rest = line.partition(":")
-        controllers, _, rel = rest.partition(":")
-        candidates = []
-        if hier == "0" and controllers == "":
-            candidates.append(Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.max")
-        elif "memory" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
-            candidates.append(base / "memory.limit_in_bytes")
-        for c in candidates:
-            try:
-                text = c.read_text().strip()
-            except OSError:
-                continue
-            if text.isdigit() and int(text) < 1 << 60:
-                return int(text)
-    return None
+    probe = run_probe(ENV_PROBE, python, env=env, timeout_s=timeout_s)
+    facts, error = probe.data, probe.error
+    if facts is not None and not facts.get("complete") and error is None:
+        error = "the probe stopped before it finished"
+    return ProbeOutcome(facts, error, probe.duration_s)
 
 
 def _shm_total(path: str = "/dev/shm") -> int | None:
@@ -856,6 +822,25 @@ def _probe_blocker(outcome: ProbeOutcome, python: str) -> Check:
     )
 
 
+def _env_facts(
+    python: str,
+    env: Mapping[str, str],
+    job: Job | None,
+    snap: GpuSnapshot | Unknown,
+    timeout_s: float,
+) -> EnvFacts:
+    """The same facts the remedies decide on in the run loop, read from the doctor's NVML
+    snapshot (one NVML pass: the doctor's GPU rows and the env facts cannot disagree)."""
+    gpu_answer = (None, snap.reason) if isinstance(snap, Unknown) else (gpu_facts(snap), None)
+    return detect(
+        python,
+        env=env,
+        gpus=job.gpus if job is not None else None,
+        read_gpu=lambda: gpu_answer,
+        torch_timeout_s=timeout_s,
+    )
+
+
 def collect(
     job: Job | None,
     *,
@@ -881,6 +866,7 @@ def collect(
     facts = outcome.facts or {}
     snap = (gpu or (lambda: gpu_snapshot(timeout_s=15.0)))()
     nvml_gpus = None if isinstance(snap, Unknown) else len(snap.devices)
+    env_facts = _env_facts(py, env, job, snap, probe_timeout_s)
     torch_facts = facts.get("torch") or {}
     torch_cuda = bool(torch_facts.get("cuda") or torch_facts.get("hip"))
 
@@ -906,7 +892,8 @@ def collect(
             classify_deepspeed(facts, python=py, needs_deepspeed=needs_ds, uses_nvme=uses_nvme)
         )
         checks.append(classify_hf(facts, python=py, needs_hf=needs_hf))
-        jit = classify_jit(facts)
+        jit_dir = env_facts.torch_extensions_dir or (facts.get("jit") or {}).get("dir")
+        jit = classify_jit(facts, locks=build_locks(jit_dir) if jit_dir else None)
         if jit is not None:
             checks.append(jit)
     checks.extend(
@@ -919,7 +906,7 @@ def collect(
             available=vm.available,
             swap_total=sw.total,
             swap_used=sw.used,
-            cgroup_limit=_cgroup_memory_limit(),
+            cgroup_limit=cgroup.memory_limit(),
         )
     )
     multi = job is not None and (job.world_size > 1 or job.knobs.dataloader_workers > 0)
@@ -940,6 +927,7 @@ def collect(
         job=job.name if job is not None else None,
         probe_s=outcome.duration_s,
         facts=outcome.facts,
+        env_facts=env_facts,
     )
 
 

@@ -21,10 +21,8 @@ from typing import Any
 
 from dsguard import __version__
 from dsguard.errors import JobFileError
-from dsguard.exitcodes import EXIT_INTERNAL_ERROR, EXIT_USAGE
+from dsguard.exitcodes import EXIT_INTERNAL_ERROR, EXIT_OK, EXIT_USAGE
 from dsguard.job.model import Job
-
-EXIT_OK = 0
 
 
 def _load(path: str) -> Job:
@@ -100,13 +98,9 @@ def cmd_validate(ns: argparse.Namespace) -> int:
             "config(s) (attempt 1 and every rung of the ladder)"
         )
     elif job.deepspeed is not None:
-        from dsguard.core.preflight import check_deepspeed_config, uses_hf_trainer
-        from dsguard.run.launch import render_deepspeed_config
+        from dsguard.core.render import render_attempt_config
 
-        rendered = render_deepspeed_config(job.deepspeed.base, job.knobs, job.world_size)
-        pre = check_deepspeed_config(
-            rendered, knobs=job.knobs, world_size=job.world_size, hf_trainer=uses_hf_trainer(job)
-        )
+        pre = render_attempt_config(job, job.knobs, remedies=(), world_size=job.world_size)
         for fix in pre.fixes:
             print(f"{job.deepspeed.config_path}: fixed at launch: {fix}")
         if pre.problems:
@@ -122,6 +116,38 @@ def cmd_validate(ns: argparse.Namespace) -> int:
         f"{job.world_size}), log_dir {job.log_dir}"
     )
     return EXIT_OK
+
+
+def _plan_table(steps: Sequence[Any]) -> list[str]:
+    """``dsguard plan``'s table: one row per step, one column per knob (labels from the knob
+    table, so a new knob shows up here without a second list to update)."""
+    from dsguard.job.knobs import KNOB_SPECS, format_knob
+
+    head = ["step", "rung", "global", *(s.label for s in KNOB_SPECS.values()), "phase"]
+    rows: list[list[str]] = []
+    phase = 1
+    for i, step in enumerate(steps):
+        phase += 1 if step.new_phase else 0
+        values = step.knobs.as_dict()
+        rows.append(
+            [
+                str(i),
+                step.rung or "(start)",
+                str(step.global_batch),
+                *(format_knob(values[name]) for name in KNOB_SPECS),
+                f"{phase}{' NEW' if step.new_phase else ''}",
+            ]
+        )
+    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
+    # The rung name reads best left-aligned, the numbers right-aligned; the last column is
+    # not padded (no trailing blanks).
+    return [
+        "  ".join(
+            cell.ljust(w) if c == 1 else cell.rjust(w) if c < len(head) - 1 else cell
+            for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [head, *rows]
+    ]
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
@@ -152,23 +178,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         if ns.json:
             continue
         print(f"On repeated {kind}: ({len(steps) - 1} rungs, then give up)")
-        header = (f"{'step':>4}  {'rung':<24}{'micro':>6}{'accum':>6}{'global':>7}"
-                  f"{'max_len':>8}{'zero':>5}  {'offload':<10}{'gc':<4}{'lora':<5}"
-                  f"{'workers':>7} {'pin':<5} phase")  # fmt: skip
-        print(header)
-        phase = 1
-        for i, s in enumerate(steps):
-            k = s.knobs
-            phase += 1 if s.new_phase else 0
-            print(
-                f"{i:>4}  {s.rung or '(start)':<24}{k.micro_batch_size:>6}"
-                f"{k.gradient_accumulation_steps:>6}{s.global_batch:>7}"
-                f"{k.max_length if k.max_length is not None else '-':>8}"
-                f"{k.zero_stage if k.zero_stage is not None else '-':>5}  {k.offload.value:<10}"
-                f"{'on' if k.gradient_checkpointing else 'off':<4}"
-                f"{'on' if k.lora else 'off':<5}{k.dataloader_workers:>7} "
-                f"{'on' if k.pin_memory else 'off':<5} {phase}{' NEW' if s.new_phase else ''}"
-            )
+        for line in _plan_table(steps):
+            print(line)
         print()
     if ns.json:
         print(json.dumps(out, indent=2))

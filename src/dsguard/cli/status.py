@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 
+from dsguard.exitcodes import EXIT_NO_STATE, EXIT_NOT_RUNNING, EXIT_RUNNING
 from dsguard.host.gpu import GpuSnapshot, Unknown
 from dsguard.host.gpu import snapshot as gpu_snapshot
 from dsguard.protocol import HEARTBEAT_SUBDIR
@@ -38,10 +39,6 @@ from dsguard.run.state import TERMINAL, State, read_state
 #: Tolerance when comparing a recorded process start time with psutil's (boot-time drift).
 CREATE_TIME_TOLERANCE_S = 1.0
 _CKPT = re.compile(r"checkpoint-(\d+)")
-#: ``dsguard status`` exit codes (LSB ``status`` convention).
-EXIT_RUNNING = 0
-EXIT_NOT_RUNNING = 3
-EXIT_NO_STATE = 4
 
 
 def _default_gpu() -> GpuSnapshot | Unknown:

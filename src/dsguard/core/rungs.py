@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dsguard.job.knobs import Knobs, Offload
+from dsguard.job.model import ALL_RUNGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,14 +187,13 @@ def pin_memory(k: Knobs, ctx: RungContext) -> Move | None:
     return Move(k.replace(pin_memory=False))
 
 
-RUNGS: dict[str, Rung] = {
-    "micro_batch": micro_batch,
-    "gradient_checkpointing": gradient_checkpointing,
-    "max_length": max_length,
-    "zero3": zero3,
-    "offload_optimizer": offload_optimizer,
-    "offload_params": offload_params,
-    "lora": lora,
-    "dataloader_workers": dataloader_workers,
-    "pin_memory": pin_memory,
-}
+_FUNCTIONS: dict[str, Rung] = {
+    fn.__name__: fn
+    for fn in (
+        micro_batch, gradient_checkpointing, max_length, zero3, offload_optimizer,
+        offload_params, lora, dataloader_workers, pin_memory,
+    )
+}  # fmt: skip
+#: Rung name -> rung, keyed by the one list of names (``job.model.RungName``): a name with no
+#: function of that name raises KeyError at import instead of at the first OOM.
+RUNGS: dict[str, Rung] = {name: _FUNCTIONS[name] for name in ALL_RUNGS}

@@ -37,25 +37,32 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import importlib
 import json
 import os
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsguard.core.envfacts import EnvFacts, GpuFact, Toolkit
+from dsguard.host import gpu
+from dsguard.host.probe import run_probe
+from dsguard.probes import TORCH_FACTS_PROBE
 
 __all__ = [
+    "BuildLock",
     "EnvFacts",
     "GpuFact",
     "Toolkit",
+    "build_locks",
     "clear_cache",
     "detect",
     "find_toolkits",
+    "gpu_facts",
     "parse_nvcc_version",
     "parse_version_json",
     "parse_version_txt",
@@ -83,7 +90,6 @@ _PROBE_ENV_KEYS: tuple[str, ...] = (
     "XDG_CACHE_HOME",
     "HOME",
 )
-_PROBE_MARK = "DSGUARD_ENVFACTS "
 
 
 def _opt_str(v: object) -> str | None:
@@ -269,9 +275,6 @@ def find_toolkits(
 
 # -- torch, from the training interpreter -------------------------------------------------------
 
-#: Runs in the training interpreter (by path: the supervisor never imports torch).
-_PROBE_FILE = Path(__file__).resolve().parent.parent / "probes" / "torch_facts.py"
-
 _probe_cache: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, Any]] = {}
 _probe_lock = threading.Lock()
 
@@ -288,33 +291,13 @@ def _probe_torch(python: str, env: Mapping[str, str], timeout_s: float) -> dict[
         cached = _probe_cache.get(key)
     if cached is not None:
         return cached
-    try:
-        proc = subprocess.run(
-            [python, str(_PROBE_FILE)],
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"{python} did not answer within {timeout_s:g} s (importing torch)"}
-    except OSError as exc:
-        return {"error": f"cannot run {python}: {exc.strerror or exc}"}
-    line = next(
-        (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(_PROBE_MARK)), None
-    )
-    if line is None:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"{python} exited {proc.returncode}: {tail}"}
-    try:
-        result: dict[str, Any] = json.loads(line[len(_PROBE_MARK) :])
-    except ValueError:
-        return {"error": f"unreadable probe answer from {python}"}
+    probe = run_probe(TORCH_FACTS_PROBE, python, env=env, timeout_s=timeout_s)
+    if not probe.ok or probe.data is None:
+        why = probe.error or "no answer"
+        return {"error": why + (" (importing torch)" if probe.failure == "timeout" else "")}
     with _probe_lock:
-        _probe_cache[key] = result  # only answers are cached: a timeout may be transient
-    return result
+        _probe_cache[key] = probe.data  # only answers are cached: a timeout may be transient
+    return probe.data
 
 
 # -- GPUs, from NVML -------------------------------------------------------------------------
@@ -369,69 +352,41 @@ def read_gpus(
 ) -> tuple[tuple[GpuFact, ...] | None, str | None]:
     """Every GPU NVML sees with its compute capability, or (None, why) when unknown.
 
-    The query runs on a helper thread: a wedged GPU can block NVML indefinitely and the
-    caller is the run loop.
+    Read through :mod:`dsguard.host.gpu` (the one NVML reader: its retries of transient
+    errors and its helper thread, because a wedged GPU can block NVML indefinitely and the
+    caller is the run loop).
     """
-    box: list[tuple[tuple[GpuFact, ...] | None, str | None]] = []
-
-    def work() -> None:
-        box.append(_read_gpus(nvml))
-
-    t = threading.Thread(target=work, name="dsguard-envfacts-nvml", daemon=True)
-    t.start()
-    t.join(timeout_s)
-    if not box:
-        return None, f"NVML did not answer within {timeout_s:g} s (a wedged GPU?)"
-    return box[0]
+    snap = gpu.snapshot(nvml, timeout_s=timeout_s)
+    if isinstance(snap, gpu.Unknown):
+        return None, snap.reason
+    return gpu_facts(snap), None
 
 
-def _text(v: object) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
-
-def _read_gpus(nvml: Any | None) -> tuple[tuple[GpuFact, ...] | None, str | None]:
-    try:
-        mod = nvml if nvml is not None else importlib.import_module("pynvml")
-    except ImportError:
-        return None, "nvidia-ml-py (pynvml) is not installed"
-    err = getattr(mod, "NVMLError", Exception)
-    try:
-        mod.nvmlInit()
-    except err as exc:
-        return None, f"NVML unavailable: {_text(exc)}"
-    try:
-        try:
-            count = int(mod.nvmlDeviceGetCount())
-        except err as exc:
-            return None, f"NVML device count failed: {_text(exc)}"
-        out: list[GpuFact] = []
-        for i in range(count):
-            try:
-                handle = mod.nvmlDeviceGetHandleByIndex(i)
-            except err:
-                out.append(GpuFact(i, None, None, None))
-                continue
-            name = uuid = None
-            cap: tuple[int, int] | None = None
-            with contextlib.suppress(err):
-                name = _text(mod.nvmlDeviceGetName(handle))
-            with contextlib.suppress(err):
-                uuid = _text(mod.nvmlDeviceGetUUID(handle))
-            with contextlib.suppress(err):
-                major, minor = mod.nvmlDeviceGetCudaComputeCapability(handle)
-                cap = (int(major), int(minor))
-            out.append(GpuFact(i, uuid, name, cap))
-        return tuple(out), None
-    finally:
-        with contextlib.suppress(err):
-            mod.nvmlShutdown()
+def gpu_facts(snap: gpu.GpuSnapshot) -> tuple[GpuFact, ...]:
+    """The env-facts view of an NVML snapshot (index, UUID, name, compute capability)."""
+    return tuple(GpuFact(d.index, d.uuid, d.name, d.capability) for d in snap.devices)
 
 
 # -- torch-extension build locks ---------------------------------------------------------------
 
 
-def stale_build_locks(ext_dir: str | Path, *, proc: str | Path = "/proc") -> list[Path]:
-    """``<ext_dir>/<op>/lock`` files that no live process holds open.
+@dataclass(frozen=True, slots=True)
+class BuildLock:
+    """One ``<ext_dir>/<op>/lock`` file and the verdict on it."""
+
+    path: Path
+    #: True: a live process holds it open (a build is running; leave it). False: no process
+    #: does (stale: safe to delete). None: cannot tell, because some process's fds could not
+    #: be read (another user's) and any lock may be its.
+    held: bool | None
+    #: Seconds since the lock was last modified (None: it vanished while being looked at).
+    age_s: float | None
+
+
+def build_locks(
+    ext_dir: str | Path, *, proc: str | Path = "/proc", now: float | None = None
+) -> list[BuildLock]:
+    """Every ``<ext_dir>/<op>/lock`` file with the one verdict dsguard has on it.
 
     torch's JIT build (``cpp_extension._jit_compile``) takes a ``FileBaton``: it creates
     ``lock`` with O_EXCL, keeps the fd open while ninja runs, and removes it when done. A
@@ -439,36 +394,59 @@ def stale_build_locks(ext_dir: str | Path, *, proc: str | Path = "/proc") -> lis
     killer, a user's kill -9) leaves the file behind, and every later process that loads *any*
     build of that op, even an up-to-date one, waits on it forever with no output: the next
     attempt looks like a hang. A lock is stale only when every process's fds could be read
-    and none points at it; a process whose fds cannot be read (another user's) makes the
-    answer "maybe held", and the lock is not reported.
+    and none points at it. ``dsguard doctor`` reports these verdicts and the run loop removes
+    exactly the stale ones (:func:`stale_build_locks`): the two never disagree.
     """
     root = Path(ext_dir)
     try:
-        locks = [p for p in root.glob("*/lock") if p.is_file()]
+        locks = sorted(p for p in root.glob("*/lock") if p.is_file())
     except OSError:
         return []
     if not locks:
         return []
     wanted = {os.path.realpath(p): p for p in locks}
+    held, complete = _held_files(set(wanted), Path(proc))
+    when = time.time() if now is None else now
+    out: list[BuildLock] = []
+    for real, path in wanted.items():
+        age: float | None = None
+        with contextlib.suppress(OSError):
+            age = max(0.0, when - path.stat().st_mtime)
+        verdict: bool | None = True if real in held else (False if complete else None)
+        out.append(BuildLock(path, verdict, age))
+    return sorted(out, key=lambda lk: lk.path)
+
+
+def _held_files(wanted: set[str], proc: Path) -> tuple[set[str], bool]:
+    """Which of ``wanted`` (real paths) some live process has open, and whether every
+    process's fds could be read (False: the answer is incomplete)."""
     held: set[str] = set()
     try:
         pids = [e.name for e in os.scandir(proc) if e.name.isdigit()]
     except OSError:
-        return []
+        return held, False
+    complete = True
     for pid in pids:
         try:
-            fds = os.scandir(Path(proc) / pid / "fd")
+            fds = os.scandir(proc / pid / "fd")
         except FileNotFoundError:
             continue  # exited meanwhile
         except OSError:
-            return []  # cannot see this process's fds: any lock may be its
+            complete = False  # cannot see this process's fds: any lock may be its
+            continue
         with fds:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     target = os.readlink(fd.path)
                     if target in wanted:
                         held.add(target)
-    return sorted(p for real, p in wanted.items() if real not in held)
+    return held, complete
+
+
+def stale_build_locks(ext_dir: str | Path, *, proc: str | Path = "/proc") -> list[Path]:
+    """The lock files :func:`build_locks` finds stale: the ones the run loop removes before
+    relaunching an attempt."""
+    return [lk.path for lk in build_locks(ext_dir, proc=proc) if lk.held is False]
 
 
 # -- all together ------------------------------------------------------------------------------

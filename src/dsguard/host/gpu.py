@@ -82,6 +82,9 @@ class GpuDevice:
     processes: tuple[GpuProcess, ...] | None
     #: "query: error" for every query that failed, e.g. ("processes: Not Supported",).
     errors: tuple[str, ...] = ()
+    #: CUDA compute capability (major, minor); None when NVML could not tell. The env facts
+    #: (``host.envfacts``) read it from here: one NVML reader, not one per caller.
+    capability: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,21 +202,28 @@ class GpuProbe:
         nvml_error = self._error("NVMLError")
         errors: list[str] = []
 
-        def query(what: str, fn: Callable[..., T], *args: Any) -> T | None:
+        def query(what: str, fn_name: str, *args: Any) -> Any:
+            # A binding without the call (an old nvidia-ml-py, a test stand-in) answers None,
+            # like a query the driver does not support; it is not an NVML error to report.
+            fn = getattr(nvml, fn_name, None)
+            if fn is None:
+                return None
             try:
                 return self._call(fn, *args)
             except nvml_error as exc:
                 errors.append(f"{what}: {_text(exc)}")
                 return None
 
-        handle = query("handle", nvml.nvmlDeviceGetHandleByIndex, index)
+        handle = query("handle", "nvmlDeviceGetHandleByIndex", index)
         if handle is None:
             return GpuDevice(index, None, None, None, None, None, None, None, tuple(errors))
-        name = query("name", nvml.nvmlDeviceGetName, handle)
-        uuid = query("uuid", nvml.nvmlDeviceGetUUID, handle)
-        mem = query("memory", nvml.nvmlDeviceGetMemoryInfo, handle)
-        util = query("utilization", nvml.nvmlDeviceGetUtilizationRates, handle)
-        procs = query("processes", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        name = query("name", "nvmlDeviceGetName", handle)
+        uuid = query("uuid", "nvmlDeviceGetUUID", handle)
+        mem = query("memory", "nvmlDeviceGetMemoryInfo", handle)
+        util = query("utilization", "nvmlDeviceGetUtilizationRates", handle)
+        procs = query("processes", "nvmlDeviceGetComputeRunningProcesses", handle)
+        # NotSupported on pre-Volta boards is expected; kept in errors like any other query.
+        cap = query("capability", "nvmlDeviceGetCudaComputeCapability", handle)
         return GpuDevice(
             index=index,
             name=None if name is None else _text(name),
@@ -232,6 +242,7 @@ class GpuProbe:
                 for p in procs
             ),
             errors=tuple(errors),
+            capability=None if cap is None else (int(cap[0]), int(cap[1])),
         )
 
     def _collect(self) -> GpuSnapshot | Unknown:
@@ -244,10 +255,11 @@ class GpuProbe:
             count = int(self._call(nvml.nvmlDeviceGetCount))
         except self._error("NVMLError") as exc:
             return Unknown(f"NVML device count failed: {_text(exc)}")
-        try:
-            driver: str | None = _text(self._call(nvml.nvmlSystemGetDriverVersion))
-        except self._error("NVMLError"):
-            driver = None
+        driver: str | None = None
+        get_driver = getattr(nvml, "nvmlSystemGetDriverVersion", None)
+        if get_driver is not None:
+            with contextlib.suppress(self._error("NVMLError")):
+                driver = _text(self._call(get_driver))
         devices = tuple(self._device(i) for i in range(count))
         return GpuSnapshot(devices=devices, driver_version=driver, retries=self._retries)
 

@@ -1,12 +1,12 @@
-"""Evidence that the kernel OOM killer acted: the cgroup's ``oom_kill`` counter.
+"""Evidence that the kernel OOM killer acted, and the attempt's memory pressure.
 
-A SIGKILL alone does not prove a host OOM (a user, a watchdog or a container runtime may have
-sent it). cgroup v2 ``memory.events`` counts processes of the cgroup subtree killed by any OOM
-killer (global or the cgroup's own limit); cgroup v1 reports ``oom_kill`` in
-``memory.oom_control``. Children inherit dsguard's cgroup, so a rise across an attempt is
-evidence. Unreadable means *unknown* (None), never zero. Two more sources confirm a kill:
-the kernel log naming one of the attempt's pids, and the attempt's resident memory having been
-within 10 % of its memory limit in the last samples before it died.
+The cgroup facts (limit, ``oom_kill`` counter) are read by :mod:`dsguard.host.cgroup`, the one
+cgroup parser; this module adds the host's RAM, the attempt's resident memory and the kernel
+log. A SIGKILL alone does not prove a host OOM (a user, a watchdog or a container runtime may
+have sent it); a rise of the cgroup's ``oom_kill`` counter across an attempt is evidence
+(children inherit dsguard's cgroup). Unreadable means *unknown* (None), never zero. Two more
+sources confirm a kill: the kernel log naming one of the attempt's pids, and the attempt's
+resident memory having been within 10 % of its memory limit in the last samples before it died.
 """
 
 from __future__ import annotations
@@ -19,42 +19,20 @@ from pathlib import Path
 
 import psutil
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+from dsguard.host import cgroup
+from dsguard.host.cgroup import CGROUP_ROOT
 
+__all__ = [
+    "CGROUP_ROOT",
+    "NEAR_LIMIT_FRACTION",
+    "kernel_oom_killed_pids",
+    "memory_limit_bytes",
+    "oom_kill_count",
+    "tree_rss_bytes",
+]
 
-def _read_counter(path: Path, key: str) -> int | None:
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
-            return int(parts[1])
-    return None
-
-
-def oom_kill_count(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT
-) -> int | None:
-    """Current oom_kill count of our cgroup, or None when it cannot be read."""
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        hier, _, rest = line.partition(":")
-        controllers, _, rel = rest.partition(":")
-        rel = rel.lstrip("/")
-        if hier == "0" and controllers == "":
-            found = _read_counter(root / rel / "memory.events", "oom_kill")
-            if found is not None:
-                return found
-        elif "memory" in controllers.split(","):
-            found = _read_counter(root / "memory" / rel / "memory.oom_control", "oom_kill")
-            if found is not None:
-                return found
-    return None
+# The counter is read by host.cgroup, the one cgroup parser; re-exported for the run loop.
+oom_kill_count = cgroup.oom_kill_count
 
 
 # -- the kernel log ----------------------------------------------------------------------------
@@ -101,26 +79,15 @@ def kernel_oom_killed_pids(
 
 
 def memory_limit_bytes(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT
+    proc_cgroup: Path = cgroup.PROC_SELF_CGROUP, root: Path = CGROUP_ROOT
 ) -> int | None:
-    """The tightest memory limit the attempt lives under: cgroup memory.max (v2) or
-    memory.limit_in_bytes (v1), else the host's RAM. None when nothing can be read."""
+    """The tightest memory limit the attempt lives under: the cgroup's (see
+    :func:`dsguard.host.cgroup.memory_limit`), else the host's RAM. None when nothing can be
+    read."""
     limits: list[int] = []
-    with contextlib.suppress(OSError):
-        for line in proc_cgroup.read_text().splitlines():
-            hier, _, rest = line.partition(":")
-            controllers, _, rel = rest.partition(":")
-            rel = rel.lstrip("/")
-            if hier == "0" and controllers == "":
-                path = root / rel / "memory.max"
-            elif "memory" in controllers.split(","):
-                path = root / "memory" / rel / "memory.limit_in_bytes"
-            else:
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                text = path.read_text().strip()
-                if text != "max" and int(text) < 1 << 60:
-                    limits.append(int(text))
+    limit = cgroup.memory_limit(proc_cgroup, root)
+    if limit is not None:
+        limits.append(limit)
     with contextlib.suppress(Exception):
         limits.append(int(psutil.virtual_memory().total))
     return min(limits) if limits else None

@@ -25,15 +25,23 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, get_args
+from typing import Any, Generic, TypeVar
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from dsguard.errors import JobFileError, Problem
-from dsguard.job.knobs import DEFAULT_FLAGS, FLAG_KNOBS, KNOB_NAMES, Knobs, Offload
+from dsguard.job.knobs import (
+    BOOL_KNOBS,
+    DEFAULT_FLAGS,
+    FLAG_KNOBS,
+    KNOB_NAMES,
+    Knobs,
+    Offload,
+)
 from dsguard.job.model import (
     ALL_RUNGS,
+    LAUNCHER_NAMES,
     CheckpointSpec,
     DeepSpeedSpec,
     Job,
@@ -47,13 +55,16 @@ from dsguard.job.schema import (
     Float,
     Int,
     IntOrStr,
+    KeyedSection,
     ListOf,
     OneOf,
     Section,
     ShapeError,
     Str,
     StrMap,
+    flag_keys,
     spec,
+    train_keys,
 )
 
 __all__ = ["NAME_PATTERN", "job_file_schema", "load_job"]
@@ -74,7 +85,7 @@ DOCUMENT = "(document)"
 #: and on a quick-start command line alike.
 _RESUME_FLAG = "--resume_from_checkpoint"
 #: Knobs HfArgumentParser treats as booleans, so each also owns its ``--no_`` spelling.
-_BOOL_KNOBS = frozenset({"lora", "gradient_checkpointing", "pin_memory"})
+_BOOL_KNOBS = BOOL_KNOBS
 
 
 # --------------------------------------------------------------------------------------------
@@ -82,38 +93,12 @@ _BOOL_KNOBS = frozenset({"lora", "gradient_checkpointing", "pin_memory"})
 # --------------------------------------------------------------------------------------------
 
 
-LauncherName = Literal["python", "deepspeed", "torchrun", "accelerate"]
-OffloadName = Literal["none", "optimizer", "all"]
-_LAUNCHERS: tuple[str, ...] = get_args(LauncherName)
-_OFFLOADS: tuple[str, ...] = get_args(OffloadName)
+class TrainSection(KeyedSection, keys=train_keys()):
+    """``train:``, one key per knob (derived from :class:`~dsguard.job.knobs.Knobs`)."""
 
 
-class TrainSection(Section):
-    """``train:``. Unset optional knobs stay ``None`` so :class:`Knobs` supplies its defaults
-    (one source of truth) and so "set by the user" (``explicit_knobs``) stays observable."""
-
-    micro_batch_size: int = spec(Int(ge=1))
-    gradient_accumulation_steps: int | None = spec(Int(ge=1), None)
-    max_length: int | None = spec(Int(ge=1), None)
-    zero_stage: int | None = spec(Int(ge=0, le=3), None)
-    offload: OffloadName | None = spec(OneOf(_OFFLOADS), None)
-    lora: bool | None = spec(Bool(), None)
-    gradient_checkpointing: bool | None = spec(Bool(), None)
-    dataloader_workers: int | None = spec(Int(ge=0), None)
-    pin_memory: bool | None = spec(Bool(), None)
-
-
-class FlagsSection(Section):
-    """``flags:``. An absent key keeps the HF default; ``null`` means never pass that knob
-    (``fields_set`` tells the two apart). Must list exactly ``knobs.FLAG_KNOBS``."""
-
-    micro_batch_size: str | None = spec(Str(), None)
-    gradient_accumulation_steps: str | None = spec(Str(), None)
-    max_length: str | None = spec(Str(), None)
-    lora: str | None = spec(Str(), None)
-    gradient_checkpointing: str | None = spec(Str(), None)
-    dataloader_workers: str | None = spec(Str(), None)
-    pin_memory: str | None = spec(Str(), None)
+class FlagsSection(KeyedSection, keys=flag_keys()):
+    """``flags:``, one key per knob in ``knobs.FLAG_KNOBS``."""
 
 
 class DeepSpeedSection(Section):
@@ -156,7 +141,7 @@ class _TopSection(Section):
 
     name: str = spec(Str(pattern=NAME_PATTERN))
     workdir: str = spec(Str(), ".", nullable=False)
-    launcher: LauncherName = spec(OneOf(_LAUNCHERS), "python", nullable=False)
+    launcher: str = spec(OneOf(LAUNCHER_NAMES), LauncherKind.PYTHON.value, nullable=False)
     script: str | None = spec(Str(), None)
     module: str | None = spec(Str(), None)
     args: list[str] = spec(ListOf(Str()), [], nullable=False)

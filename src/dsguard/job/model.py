@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from dsguard.job.knobs import Knobs
 
@@ -22,8 +22,26 @@ class LauncherKind(StrEnum):
     ACCELERATE = "accelerate"
 
 
-#: Rung names the ladders may use (validated in the job file).
-OOM_RUNGS: tuple[str, ...] = (
+#: The job file's ``launcher:`` choices (derived: the enum is the one list).
+LAUNCHER_NAMES: tuple[str, ...] = tuple(k.value for k in LauncherKind)
+
+#: The one list of rung names, in ladder order. ``core.rungs.RUNGS`` maps each to its
+#: function and the job file validates ``ladder:`` against it; a name added here without a
+#: rung function fails at import, not at the first OOM.
+RungName = Literal[
+    "micro_batch",
+    "gradient_checkpointing",
+    "max_length",
+    "zero3",
+    "offload_optimizer",
+    "offload_params",
+    "lora",
+    "dataloader_workers",
+    "pin_memory",
+]
+ALL_RUNGS: tuple[RungName, ...] = get_args(RungName)
+#: The default ladders (an order over :data:`RungName`, which mypy checks each entry against).
+OOM_RUNGS: tuple[RungName, ...] = (
     "micro_batch",
     "gradient_checkpointing",
     "max_length",
@@ -32,8 +50,7 @@ OOM_RUNGS: tuple[str, ...] = (
     "offload_params",
     "lora",
 )
-HOST_OOM_RUNGS: tuple[str, ...] = ("dataloader_workers", "pin_memory", "micro_batch")
-ALL_RUNGS: tuple[str, ...] = (*OOM_RUNGS, "dataloader_workers", "pin_memory")
+HOST_OOM_RUNGS: tuple[RungName, ...] = ("dataloader_workers", "pin_memory", "micro_batch")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,6 @@ from typing import Any
 
 from dsguard.errors import JobFileError, Problem
 from dsguard.job.file import (
-    _BOOL_KNOBS,
     _HINTS,
     _MODULE_RE,
     _NAME_RE,
@@ -34,7 +33,14 @@ from dsguard.job.file import (
     _read_ds_config,
     _resolve_python,
 )
-from dsguard.job.knobs import DEFAULT_FLAGS, FLAG_KNOBS, Knobs, Offload
+from dsguard.job.knobs import (
+    BOOL_KNOBS,
+    DEFAULT_FLAGS,
+    FLAG_KNOBS,
+    INT_KNOB_MINIMUM,
+    Knobs,
+    Offload,
+)
 from dsguard.job.model import CheckpointSpec, DeepSpeedSpec, Job, LauncherKind
 
 __all__ = ["job_from_command"]
@@ -51,13 +57,6 @@ _OUTPUT_DIR_FLAG = "--output_dir"
 # HfArgumentParser's string_to_bool (transformers.hf_argparser), case-insensitive.
 _TRUE_WORDS = frozenset({"true", "t", "yes", "y", "1"})
 _FALSE_WORDS = frozenset({"false", "f", "no", "n", "0"})
-
-_INT_KNOB_MINIMUM = {
-    "micro_batch_size": 1,
-    "gradient_accumulation_steps": 1,
-    "max_length": 1,
-    "dataloader_workers": 0,
-}
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,7 +353,7 @@ def _knob_flags() -> dict[str, tuple[str, bool]]:
         if flag is None:
             continue
         knob_of[_canonical_flag(flag)] = (knob, False)
-        no_flag = _negated(flag) if knob in _BOOL_KNOBS else None
+        no_flag = _negated(flag) if knob in BOOL_KNOBS else None
         if no_flag is not None:
             knob_of[_canonical_flag(no_flag)] = (knob, True)
     return knob_of
@@ -391,7 +390,7 @@ def _int_knob_value(
     except ValueError:
         problems.add(name, f"must be a whole number, got {text!r}")
         return None, used
-    minimum = _INT_KNOB_MINIMUM[knob]
+    minimum = INT_KNOB_MINIMUM[knob]
     if value < minimum:
         problems.add(name, f"must be at least {minimum}, got {value}")
         return None, used
@@ -419,7 +418,7 @@ def _scan_script_args(args: Sequence[str], problems: _Problems) -> _ArgScan:
             if knob in scan.knobs:
                 problems.add(name, f"given twice (sets {knob})")
             value: int | None
-            if knob in _BOOL_KNOBS:
+            if knob in BOOL_KNOBS:
                 value, used = _bool_knob_value(name, inline, nxt, negated, problems)
             else:
                 value, used = _int_knob_value(knob, name, inline, nxt, problems)

@@ -5,8 +5,9 @@ edit-check loop and what a systemd ``ExecStartPre=`` may run, and it must start 
 (bench P4). Importing pydantic and building ten small models cost 250-800 ms on a 2-core
 machine, more than the rest of the command together. The shape of a job file is small and
 fixed (scalars, lists of scalars, one string map), so a checker of ~250 lines does the job in
-well under a millisecond and imports nothing but the standard library. Plain classes, not
-dataclasses, for the same reason: each frozen dataclass costs ~1.4 ms to create at import.
+well under a millisecond and imports nothing but the standard library and the knob table.
+Plain classes, not dataclasses, for the same reason: each frozen dataclass costs ~1.4 ms to
+create at import.
 
 Errors keep pydantic's vocabulary (``type``, ``loc``, ``msg``, ``input``, ``ctx``) and its
 strict-mode rules, because :mod:`dsguard.job.file` turns them into ``FILE:LINE: field:
@@ -24,13 +25,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from dsguard.job.knobs import KNOB_SPECS, OFFLOAD_NAMES, REQUIRED_KNOBS, KnobSpec
 
 __all__ = [
     "Bool",
     "Float",
     "Int",
     "IntOrStr",
+    "KeyedSection",
     "ListOf",
     "OneOf",
     "Section",
@@ -38,7 +42,9 @@ __all__ = [
     "ShapeError",
     "Str",
     "StrMap",
+    "flag_keys",
     "spec",
+    "train_keys",
 ]
 
 Loc = tuple[str | int, ...]
@@ -343,9 +349,10 @@ class Section:
     #: for some keys (``flags.lora: null`` means "never pass that flag").
     fields_set: frozenset[str]
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, keys: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         specs = dict(cls._specs)  # inherited keys first, in declaration order
+        specs.update(keys or {})  # keys derived from a table (see KeyedSection)
         for name, value in list(vars(cls).items()):
             if isinstance(value, _Spec):
                 specs[name] = value
@@ -423,3 +430,37 @@ class Section:
         if required:
             out["required"] = required
         return out
+
+
+class KeyedSection(Section):
+    """A section whose keys come from a table (``class S(KeyedSection, keys=...)``) rather
+    than from its class body, so that a list kept elsewhere (the knobs) is not copied here.
+    Its attributes are typed ``Any``; the table, not the class body, says which exist."""
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...
+
+
+def _train_shape(knob: KnobSpec) -> Shape:
+    if knob.kind == "bool":
+        return Bool()
+    if knob.kind == "offload":
+        return OneOf(OFFLOAD_NAMES)
+    return Int(ge=knob.minimum, le=knob.maximum)
+
+
+def train_keys() -> dict[str, Any]:
+    """``train:``'s keys: one per knob, required where the knob has no default. An unset knob
+    stays ``None`` so :class:`~dsguard.job.knobs.Knobs` supplies its default (one source of
+    truth) and so "set by the user" (``explicit_knobs``) stays observable."""
+    return {
+        name: spec(_train_shape(knob)) if name in REQUIRED_KNOBS else spec(_train_shape(knob), None)
+        for name, knob in KNOB_SPECS.items()
+    }
+
+
+def flag_keys() -> dict[str, Any]:
+    """``flags:``'s keys: one per knob that reaches the script as a flag. An absent key keeps
+    the HF default; ``null`` means never pass that knob (``fields_set`` tells the two apart)."""
+    return {name: spec(Str(), None) for name, knob in KNOB_SPECS.items() if knob.flag is not None}

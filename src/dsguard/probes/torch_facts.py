@@ -1,7 +1,8 @@
 """Runs in the *training* interpreter (``dsguard.host.envfacts`` executes this file by
 path): torch's version, its CUDA/HIP build, CUDA_HOME as torch resolves it, the JIT extensions
-dir, and DeepSpeed's version, as one marked JSON line. It never raises, and dsguard itself
-never imports it: the supervisor stays torch-free.
+dir, and DeepSpeed's version, as JSON written to the file named by its last argument (the
+protocol of :mod:`dsguard.host.probe`). It never raises, and dsguard itself never imports it:
+the supervisor stays torch-free.
 """
 
 # ruff: noqa
@@ -41,4 +42,7 @@ try:
     out["deepspeed"] = version("deepspeed")
 except Exception:
     out["deepspeed"] = None
-sys.stdout.write("DSGUARD_ENVFACTS " + json.dumps(out) + "\n")
+tmp = sys.argv[-1] + ".tmp"
+with open(tmp, "w") as fh:
+    json.dump(out, fh)
+os.replace(tmp, sys.argv[-1])

@@ -23,6 +23,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from dsguard.exitcodes import EXIT_SHIM_CANNOT_EXEC, EXIT_SHIM_ORPHANED, EXIT_SUCCEEDED
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -48,15 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.getppid() != ns.parent:
             # dsguard died between fork and prctl: the signal will never come. Do not train
             # unsupervised.
-            return 1
+            return EXIT_SHIM_ORPHANED
     if ns.as_bytes is not None:
         resource.setrlimit(resource.RLIMIT_AS, (ns.as_bytes, ns.as_bytes))
     try:
         os.execvp(command[0], command)
     except OSError as exc:
         print(f"dsguard-exec-shim: cannot exec {command[0]!r}: {exc.strerror}", file=sys.stderr)
-        return 127
-    return 0  # unreachable: execvp does not return on success
+        return EXIT_SHIM_CANNOT_EXEC
+    return EXIT_SUCCEEDED  # unreachable: execvp does not return on success
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Turn (job, knobs, resume point) into one attempt's DeepSpeed config, argv and environment.
+"""Turn (job, knobs, resume point) into one attempt's argv and environment.
 
 Pure: no process is started here and nothing is written (the run loop writes the rendered
 config to ``log_dir``). argv is always a list: no shell ever parses user arguments.
@@ -6,14 +6,16 @@ config to ``log_dir``). argv is always a list: no shell ever parses user argumen
 
 from __future__ import annotations
 
-import copy
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from dsguard.job.knobs import FLAG_KNOBS, Knobs, Offload
+# The renderer lives in the core (with the remedies and preflight it is always used with);
+# re-exported here for the callers that import it from launch.
+from dsguard.core.render import render_deepspeed_config
+from dsguard.job.knobs import ALWAYS_PASSED_KNOBS, FLAG_KNOBS, Knobs
 from dsguard.job.model import Job, LauncherKind
 from dsguard.protocol import (
     ATTEMPT_ENV,
@@ -27,6 +29,8 @@ from dsguard.protocol import (
     RUN_ID_ENV,
 )
 
+__all__ = ["Command", "build_command", "knob_args", "render_deepspeed_config"]
+
 if TYPE_CHECKING:
     # Imported where used: the remedies pull in the classifier's and envfacts' regex tables,
     # ~70 ms that `dsguard validate` (which only renders the DeepSpeed config) must not pay.
@@ -35,60 +39,6 @@ if TYPE_CHECKING:
 # RUN_ID_ENV/ATTEMPT_ENV are the marker every process of an attempt inherits. It survives
 # re-parenting and new sessions (torchrun starts each worker in its own session), so the kill
 # sweep can find exactly the processes dsguard started, and nothing else.
-
-_BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
-
-
-def _offload_block(existing: object, knobs: Knobs) -> dict[str, Any]:
-    """An offload block that really offloads. A template's ``"device": "none"`` (DeepSpeed's
-    "no offload") would otherwise survive and the rung would claim an offload that never
-    happens; an explicit ``cpu``/``nvme`` device and its settings are kept."""
-    block = dict(existing) if isinstance(existing, Mapping) else {}
-    if block.get("device") in (None, "none"):
-        block["device"] = "cpu"
-    block.setdefault("pin_memory", knobs.pin_memory)
-    return block
-
-
-def render_deepspeed_config(
-    base: Mapping[str, Any], knobs: Knobs, world_size: int
-) -> dict[str, Any]:
-    """The DeepSpeed config for one attempt: the user's base config with dsguard's knobs.
-
-    * ZeRO stage and offload blocks follow the knobs (existing block settings such as an NVMe
-      device are kept; only missing keys get CPU defaults).
-    * Batch keys that are ``"auto"`` stay ``"auto"`` (HF Trainer fills them from the flags
-      dsguard passes); numeric ones are rewritten to match the knobs, because HF raises on a
-      mismatch and a plain DeepSpeed script would silently train another global batch.
-    * With offload and no ``optimizer`` block, HF creates a torch optimizer, which DeepSpeed
-      rejects under offload unless ``zero_force_ds_cpu_optimizer`` is false.
-    """
-    cfg: dict[str, Any] = copy.deepcopy(dict(base))
-    if knobs.zero_stage is None:
-        return cfg
-    zero: dict[str, Any] = dict(cfg.get("zero_optimization") or {})
-    zero["stage"] = knobs.zero_stage
-    if knobs.offload is Offload.NONE:
-        zero.pop("offload_optimizer", None)
-        zero.pop("offload_param", None)
-    else:
-        zero["offload_optimizer"] = _offload_block(zero.get("offload_optimizer"), knobs)
-        if knobs.offload is Offload.ALL:
-            zero["offload_param"] = _offload_block(zero.get("offload_param"), knobs)
-        else:
-            zero.pop("offload_param", None)
-        if "optimizer" not in cfg:
-            cfg["zero_force_ds_cpu_optimizer"] = False
-    cfg["zero_optimization"] = zero
-    values = {
-        "train_micro_batch_size_per_gpu": knobs.micro_batch_size,
-        "gradient_accumulation_steps": knobs.gradient_accumulation_steps,
-        "train_batch_size": knobs.global_batch(world_size),
-    }
-    for key in _BATCH_KEYS:
-        if key in cfg and cfg[key] != "auto":
-            cfg[key] = values[key]
-    return cfg
 
 
 def _render_value(value: object) -> str:
@@ -106,14 +56,13 @@ def knob_args(job: Job, knobs: Knobs) -> list[str]:
     lacks, say, ``--dataloader_num_workers`` is not broken by a default it never asked for.
     """
     out: list[str] = []
-    always = {"micro_batch_size", "gradient_accumulation_steps"}
     for name in FLAG_KNOBS:
         flag = job.flags.get(name)
         value = getattr(knobs, name)
         if flag is None or value is None:
             continue
         changed = value != getattr(job.knobs, name)
-        if name in always or name in job.explicit_knobs or changed:
+        if name in ALWAYS_PASSED_KNOBS or name in job.explicit_knobs or changed:
             out += [flag, _render_value(value)]
     return out
 

@@ -49,8 +49,7 @@ from dsguard.core.ledger import (
     record_caps,
 )
 from dsguard.core.preflight import Problem as PreflightProblem
-from dsguard.core.preflight import check_deepspeed_config, uses_hf_trainer
-from dsguard.core.remedies import remedy_config
+from dsguard.core.render import render_attempt_config
 from dsguard.core.states import TERMINAL, RunState
 from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
@@ -62,7 +61,7 @@ from dsguard.run import checkpoints as ckpts
 from dsguard.run.events import EventLog
 from dsguard.run.heartbeat import capabilities
 from dsguard.run.host import GPU_RELEASE_TIMEOUT_S, Attempt, Host, RealHost
-from dsguard.run.launch import Command, build_command, render_deepspeed_config
+from dsguard.run.launch import Command, build_command
 from dsguard.run.lock import acquire
 from dsguard.run.logdir import LogDir
 from dsguard.run.observe import EndedBy, Observation, judge, verdict
@@ -384,14 +383,9 @@ class Supervisor:
         job = self.job
         if job.deepspeed is None:
             return None, []
-        knobs = run.ledger.knobs
         ds_path = self._logs.deepspeed_config(cur.number)
-        rendered = remedy_config(
-            render_deepspeed_config(job.deepspeed.base, knobs, job.world_size),
-            run.ledger.remedies,
-        )
-        pre = check_deepspeed_config(
-            rendered, knobs=knobs, world_size=job.world_size, hf_trainer=uses_hf_trainer(job)
+        pre = render_attempt_config(
+            job, run.ledger.knobs, remedies=run.ledger.remedies, world_size=job.world_size
         )
         write_json_atomic(ds_path, pre.config)
         cur.ds_rendered = pre.config

@@ -1,0 +1,128 @@
+"""One attempt's DeepSpeed config: rendered from the knobs, patched by remedies, preflighted.
+
+Pure: no process is started and nothing is written (the run loop writes the config to
+``log_dir``). ``dsguard validate``, ``validate --deep`` and the run loop all need the same
+three steps in the same order; separate copies of them could let ``validate`` pass a config
+the loop then refuses, so they live here once:
+
+1. :func:`render_deepspeed_config`: the user's base config with the attempt's knobs;
+2. the applied remedies' config patches (:func:`dsguard.core.remedies.remedy_config`);
+3. :func:`dsguard.core.preflight.check_deepspeed_config`: the checks DeepSpeed (and HF's
+   fill-in of ``"auto"``) would make minutes later, with the safe fixes applied.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dsguard.core.preflight import Fix, Problem, check_deepspeed_config, uses_hf_trainer
+from dsguard.job.knobs import Knobs, Offload
+from dsguard.job.model import Job
+
+if TYPE_CHECKING:
+    # Imported where used: the remedies pull in the classifier's and envfacts' regex tables,
+    # ~70 ms that `dsguard validate` (which applies no remedy) must not pay.
+    from dsguard.core.remedies import Remedy
+
+__all__ = ["Rendered", "render_attempt_config", "render_deepspeed_config"]
+
+_BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One attempt's DeepSpeed config and the preflight's verdict on it."""
+
+    #: The config to write and launch with: knobs, remedies and preflight fixes applied.
+    config: dict[str, Any]
+    #: What the preflight repaired (``config`` already has it).
+    fixes: list[Fix] = field(default_factory=list)
+    #: What the preflight refuses: the attempt must not be launched with this config.
+    problems: list[Problem] = field(default_factory=list)
+    #: The config the preflight was given (knobs and remedies applied, no fixes): two
+    #: attempts with the same ``rendered`` get the same verdict.
+    rendered: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _offload_block(existing: object, knobs: Knobs) -> dict[str, Any]:
+    """An offload block that really offloads. A template's ``"device": "none"`` (DeepSpeed's
+    "no offload") would otherwise survive and the rung would claim an offload that never
+    happens; an explicit ``cpu``/``nvme`` device and its settings are kept."""
+    block = dict(existing) if isinstance(existing, Mapping) else {}
+    if block.get("device") in (None, "none"):
+        block["device"] = "cpu"
+    block.setdefault("pin_memory", knobs.pin_memory)
+    return block
+
+
+def render_deepspeed_config(
+    base: Mapping[str, Any], knobs: Knobs, world_size: int
+) -> dict[str, Any]:
+    """The DeepSpeed config for one attempt: the user's base config with dsguard's knobs.
+
+    * ZeRO stage and offload blocks follow the knobs (existing block settings such as an NVMe
+      device are kept; only missing keys get CPU defaults).
+    * Batch keys that are ``"auto"`` stay ``"auto"`` (HF Trainer fills them from the flags
+      dsguard passes); numeric ones are rewritten to match the knobs, because HF raises on a
+      mismatch and a plain DeepSpeed script would silently train another global batch.
+    * With offload and no ``optimizer`` block, HF creates a torch optimizer, which DeepSpeed
+      rejects under offload unless ``zero_force_ds_cpu_optimizer`` is false.
+    """
+    cfg: dict[str, Any] = copy.deepcopy(dict(base))
+    if knobs.zero_stage is None:
+        return cfg
+    zero: dict[str, Any] = dict(cfg.get("zero_optimization") or {})
+    zero["stage"] = knobs.zero_stage
+    if knobs.offload is Offload.NONE:
+        zero.pop("offload_optimizer", None)
+        zero.pop("offload_param", None)
+    else:
+        zero["offload_optimizer"] = _offload_block(zero.get("offload_optimizer"), knobs)
+        if knobs.offload is Offload.ALL:
+            zero["offload_param"] = _offload_block(zero.get("offload_param"), knobs)
+        else:
+            zero.pop("offload_param", None)
+        if "optimizer" not in cfg:
+            cfg["zero_force_ds_cpu_optimizer"] = False
+    cfg["zero_optimization"] = zero
+    values = {
+        "train_micro_batch_size_per_gpu": knobs.micro_batch_size,
+        "gradient_accumulation_steps": knobs.gradient_accumulation_steps,
+        "train_batch_size": knobs.global_batch(world_size),
+    }
+    for key in _BATCH_KEYS:
+        if key in cfg and cfg[key] != "auto":
+            cfg[key] = values[key]
+    return cfg
+
+
+def render_attempt_config(
+    job: Job, knobs: Knobs, *, remedies: Sequence[Remedy], world_size: int
+) -> Rendered:
+    """Render, patch and preflight the DeepSpeed config of one attempt of ``job``.
+
+    Args:
+        job: a job with a ``deepspeed:`` section (``ValueError`` otherwise: there is nothing
+            to render, and the caller must not pretend there was).
+        knobs: the attempt's knobs.
+        remedies: environment remedies applied so far, in order (their config patches).
+        world_size: data-parallel ranks of the attempt (the global-batch invariant).
+    """
+    if job.deepspeed is None:
+        raise ValueError(f"job {job.name!r} has no deepspeed: section")
+    rendered = render_deepspeed_config(job.deepspeed.base, knobs, world_size)
+    if remedies:
+        from dsguard.core.remedies import remedy_config
+
+        rendered = remedy_config(rendered, remedies)
+    pre = check_deepspeed_config(
+        rendered, knobs=knobs, world_size=world_size, hf_trainer=uses_hf_trainer(job)
+    )
+    return Rendered(pre.config, list(pre.fixes), list(pre.problems), rendered)
