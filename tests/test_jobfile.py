@@ -199,7 +199,10 @@ def test_schema_describes_the_file() -> None:
     assert schema["additionalProperties"] is False
     train = schema["properties"]["train"]
     assert train["required"] == ["micro_batch_size"]
-    assert train["properties"]["micro_batch_size"] == {"type": "integer", "minimum": 1}
+    # Issue 13.12: the upper bound is part of the rule (a micro-batch of 10**30 was accepted).
+    assert train["properties"]["micro_batch_size"] == {
+        "type": "integer", "minimum": 1, "maximum": 2**20,
+    }  # fmt: skip
     assert train["additionalProperties"] is False
     backoff = schema["properties"]["limits"]["properties"]["backoff_s"]["anyOf"][0]
     assert (backoff["minItems"], backoff["maxItems"]) == (2, 2)
@@ -1393,3 +1396,212 @@ def test_tab_inside_a_value_is_refused(work: Path) -> None:
     problem = only_problem(write_job(work, text + "  dir: out\t/x\n"))
     assert (problem.field, problem.line) == (DOCUMENT, 5)
     assert "invalid YAML" in problem.message and "'\\t'" in problem.message
+
+
+# ------------------------------------------------- issue 13: sane bounds and usable paths
+
+
+@pytest.mark.parametrize(
+    ("line3", "field", "fragments"),
+    [
+        ("train: {micro_batch_size: 1000000000000000000000000000000}", "train.micro_batch_size",
+         ["less than or equal to 1048576", "valid range: 1 <= value <= 1048576"]),
+        ("train: {micro_batch_size: 2, gradient_accumulation_steps: 1048577}",
+         "train.gradient_accumulation_steps", ["valid range: 1 <= value <= 1048576"]),
+        ("train: {micro_batch_size: 2, max_length: 16777217}", "train.max_length",
+         ["valid range: 1 <= value <= 16777216"]),
+        ("train: {micro_batch_size: 2, dataloader_workers: 100000}", "train.dataloader_workers",
+         ["valid range: 0 <= value <= 1024"]),
+        ("train: {micro_batch_size: 2}\nworld_size: 100000000", "world_size",
+         ["valid range: 1 <= value <= 65536"]),
+        ("train: {micro_batch_size: 2}\ngpus: [0, 4294967296]", "gpus[1]",
+         ["valid range: 0 <= value <= 1023"]),
+        ("train: {micro_batch_size: 2}\nlimits: {max_attempts: 1000000000000}",
+         "limits.max_attempts", ["valid range: 1 <= value <= 10000"]),
+        ("train: {micro_batch_size: 2}\nlimits: {min_micro_batch_size: 10000000}",
+         "limits.min_micro_batch_size", ["valid range: 1 <= value <= 1048576"]),
+        ("train: {micro_batch_size: 2}\nlimits: {min_max_length: 100000000}",
+         "limits.min_max_length", ["valid range: 1 <= value <= 16777216"]),
+        ("train: {micro_batch_size: 2}\nlimits: {hang_timeout_s: 1.0e+30}",
+         "limits.hang_timeout_s", ["valid range: 0 < value <= 604800"]),
+        ("train: {micro_batch_size: 2}\nlimits: {hang_timeout_s: .inf}",
+         "limits.hang_timeout_s", ["got inf", "valid range"]),
+        ("train: {micro_batch_size: 2}\nlimits: {stop_grace_s: .nan}",
+         "limits.stop_grace_s", ["valid range: 0 <= value <= 3600"]),
+        ("train: {micro_batch_size: 2}\nlimits: {fatal_grace_s: 1.0e+30}",
+         "limits.fatal_grace_s", ["valid range: 0 <= value <= 3600"]),
+        ("train: {micro_batch_size: 2}\nlimits: {stop_save_timeout_s: 1.0e+30}",
+         "limits.stop_save_timeout_s", ["valid range: 0 <= value <= 86400"]),
+        ("train: {micro_batch_size: 2}\nlimits: {healthy_uptime_s: 1.0e+30}",
+         "limits.healthy_uptime_s", ["valid range: 0 <= value <= 604800"]),
+        ("train: {micro_batch_size: 2}\nlimits: {backoff_s: [1, 1.0e+30]}",
+         "limits.backoff_s[1]", ["valid range: 0 <= value <= 86400"]),
+        ("train: {micro_batch_size: 2}\nresources: {host_memory_limit: 100000000000000000000}",
+         "resources.host_memory_limit", ["more than any address space", "64 PiB"]),
+        ("train: {micro_batch_size: 2}\nresources: {host_memory_limit: 1000000TiB}",
+         "resources.host_memory_limit", ["more than any address space"]),
+    ],
+)  # fmt: skip
+def test_numbers_are_bounded_to_sane_ranges(
+    work: Path, line3: str, field: str, fragments: list[str]
+) -> None:
+    """Issue 13.12: a micro-batch of 10**30 (or a timeout of 1e30, or .inf) was accepted and
+    failed far from the job file; every number now has an upper bound, and the message names
+    file, line, field and the whole range."""
+    path = write_job(work, "name: t\nscript: train.py\n" + line3 + "\n")
+    line = 3 + next(i for i, text in enumerate(line3.split("\n")) if text.split(":")[0] in field)
+    assert_problem(path, field, line, *fragments)
+
+
+def test_bounds_keep_the_largest_sane_values(work: Path) -> None:
+    path = write_job(
+        work,
+        """
+        name: t
+        script: train.py
+        train: {micro_batch_size: 1048576, gradient_accumulation_steps: 1048576,
+                max_length: 16777216, dataloader_workers: 1024}
+        limits: {max_attempts: 10000, hang_timeout_s: 604800, stop_grace_s: 3600,
+                 backoff_s: [0, 86400], stop_save_timeout_s: 86400}
+        resources: {host_memory_limit: 64PiB}
+        """,
+    )
+    problems = problems_of(path)  # 64PiB is not a unit parse_size knows: the only problem
+    assert [p.field for p in problems] == ["resources.host_memory_limit"]
+    path.write_text(path.read_text().replace("64PiB", str(2**56)))
+    job = load_job(path)
+    assert job.knobs.micro_batch_size == 2**20 and job.limits.max_attempts == 10_000
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--per_device_train_batch_size", "1" + "0" * 30, "at most 1048576"),
+        ("--gradient_accumulation_steps", "1048577", "valid range: 1 <= value <= 1048576"),
+        ("--dataloader_num_workers", "5000", "at most 1024"),
+    ],
+)
+def test_quick_start_knobs_are_bounded(work: Path, flag: str, value: str, fragment: str) -> None:
+    with pytest.raises(JobFileError) as info:
+        job_from_command(["python", "train.py", flag, value], cwd=work)
+    (problem,) = info.value.problems
+    assert problem.field == flag and fragment in problem.message
+
+
+def test_quick_start_world_and_gpus_are_bounded(work: Path) -> None:
+    with pytest.raises(JobFileError) as info:
+        job_from_command(["torchrun", "--nproc_per_node", "9" * 20, "train.py"], cwd=work)
+    assert "at most 65536" in info.value.problems[0].message
+    with pytest.raises(JobFileError) as info:
+        job_from_command(["deepspeed", "--include", "localhost:0,99999", "train.py"], cwd=work)
+    assert "between 0 and 1023" in str(info.value)
+
+
+_PATH_JOB = """
+name: t
+script: train.py
+train: {micro_batch_size: 2}
+checkpoints: {dir: CKPT}
+log_dir: LOGDIR
+"""
+
+
+@pytest.mark.parametrize(
+    ("log_dir", "ckpt", "field", "line", "fragments"),
+    [
+        ("afile/logs", "out", "log_dir", 5, ["afile is a regular file", "below it"]),
+        ("afile/a/b", "out", "log_dir", 5, ["afile is a regular file"]),
+        ("afile", "out", "log_dir", 5, ["afile exists and is a regular file, not a directory"]),
+        ("loop/logs", "out", "log_dir", 5, ["loop/logs goes through a symlink loop"]),
+        ("logs", "afile/ck", "checkpoints.dir", 4, ["afile is a regular file", "below it"]),
+        ("logs", "afile", "checkpoints.dir", 4, ["exists and is a regular file"]),
+    ],
+)
+def test_unusable_log_and_checkpoint_dirs_are_job_file_problems(
+    work: Path, log_dir: str, ckpt: str, field: str, line: int, fragments: list[str]
+) -> None:
+    """Issue 13.8: these passed validation and crashed `dsguard run` (exit 70) at its first
+    mkdir; now the job file names the line, for validate and run alike."""
+    (work / "afile").write_text("not a directory\n")
+    (work / "loop").symlink_to("loop")
+    path = write_job(work, _PATH_JOB.replace("CKPT", ckpt).replace("LOGDIR", log_dir))
+    assert_problem(path, field, line, *fragments)
+
+
+def test_default_log_dir_below_a_file_says_it_is_the_default(work: Path) -> None:
+    (work / "runs").write_text("")
+    path = write_job(work, "name: t\nscript: train.py\ntrain: {micro_batch_size: 2}\n")
+    problem = only_problem(path)
+    assert problem.field == "log_dir" and "the default log_dir" in problem.message
+
+
+def test_usable_dirs_load(work: Path) -> None:
+    (work / "logs").mkdir()
+    path = write_job(work, _PATH_JOB.replace("CKPT", "out/x").replace("LOGDIR", "logs/new/deep"))
+    job = load_job(path, writable=True)
+    assert job.log_dir == work / "logs" / "new" / "deep"
+    assert not job.log_dir.exists()  # validation creates nothing
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a read-only tmpfs needs root")
+def test_log_dir_on_a_read_only_mount(work: Path) -> None:
+    """Root ignores permission bits, not a read-only mount: the condition root hits too."""
+    import subprocess
+
+    mnt = work / "ro"
+    mnt.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mnt)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        path = write_job(work, _PATH_JOB.replace("CKPT", "out").replace("LOGDIR", "ro/logs"))
+        assert load_job(path).log_dir == mnt / "logs"  # read-only commands still load it
+        with pytest.raises(JobFileError) as info:
+            load_job(path, writable=True)
+        problem = the_problem(info.value.problems, "log_dir")
+        assert problem.line == 5 and "read-only file system" in problem.message
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+@pytest.mark.parametrize(
+    ("tbs", "accum", "world", "refused"),
+    [(7, 1, 1, True), (8, 1, 1, True), (8, 2, 1, False), (16, 2, 2, False), (16.0, 4, 1, False),
+     ("auto", 1, 1, False), (32, 1, 2, True)],
+)  # fmt: skip
+def test_explicit_train_batch_size_must_match_the_knobs(
+    work: Path, tbs: object, accum: int, world: int, refused: bool
+) -> None:
+    """Issue 13.12: `train_batch_size: 7` against micro 4 was silently rewritten to 4. It is
+    the global batch itself, so the job states two: refused, with both values named."""
+    write_ds(work, {"train_batch_size": tbs, "zero_optimization": {"stage": 2}})
+    path = write_job(
+        work,
+        f"""
+        name: t
+        script: train.py
+        world_size: {world}
+        train: {{micro_batch_size: 4, gradient_accumulation_steps: {accum}}}
+        deepspeed: {{config: ds.json}}
+        """,
+    )
+    if not refused:
+        assert load_job(path).knobs.micro_batch_size == 4
+        return
+    want = 4 * accum * world
+    assert_problem(
+        path, "deepspeed.config", 5, f"train_batch_size is {tbs!r}",
+        f"micro 4 x accumulation {accum} x world {world} = {want}", f"set it to {want}",
+    )  # fmt: skip
+
+
+def test_quick_start_refuses_a_disagreeing_train_batch_size(work: Path) -> None:
+    write_ds(work, {"train_batch_size": 7, "zero_optimization": {"stage": 2}})
+    argv = ["python", "train.py", "--deepspeed", "ds.json", "--per_device_train_batch_size", "4"]
+    with pytest.raises(JobFileError) as info:
+        job_from_command(argv, cwd=work)
+    (problem,) = info.value.problems
+    assert problem.field == "--deepspeed" and "train_batch_size is 7" in problem.message

@@ -25,10 +25,39 @@ from dsguard.exitcodes import EXIT_INTERNAL_ERROR, EXIT_OK, EXIT_USAGE
 from dsguard.job.model import Job
 
 
-def _load(path: str) -> Job:
+def _load(path: str, *, writable: bool = False) -> Job:
+    """The job file, validated; ``writable``: for the commands that will write its log dir
+    (``run``, and ``validate``, which must refuse what ``run`` would)."""
     from dsguard.job.file import load_job
 
-    return load_job(Path(path))
+    return load_job(Path(path), writable=writable)
+
+
+def _log_dir_unusable(log_dir: Path) -> str | None:
+    """Why ``dsguard run`` cannot create ``log_dir`` or take its lock there, or None.
+
+    The job file already refuses a log dir below a file or on a read-only mount; this covers
+    the quick start (no job file) and whatever changed since validation. It does what the
+    supervisor will do first (create the directory) and probes the rest without creating
+    the lock file, whose mode and place the supervisor owns: an ``OSError`` there used to
+    escape as a traceback and exit 70, which systemd reads as "crashed, restart me", a
+    restart loop that never names the directory.
+    """
+    from dsguard.job.file import dir_problem
+    from dsguard.run.logdir import LogDir
+
+    problem = dir_problem(log_dir, writable=True)
+    if problem is not None:
+        return problem
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create {log_dir}: {exc.strerror or exc}"
+    logs = LogDir(log_dir)
+    for path in (logs.lock, logs.events, logs.state):
+        if path.is_dir():
+            return f"{path} is a directory; dsguard needs to write a file there"
+    return dir_problem(log_dir, writable=True)
 
 
 def _print_problems(err: JobFileError) -> int:
@@ -49,7 +78,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
             print("dsguard run: give a job file or '-- COMMAND', not both", file=sys.stderr)
             return EXIT_USAGE
         if ns.job:
-            job = _load(ns.job)
+            job = _load(ns.job, writable=True)
         elif command:
             from dsguard.job.quickstart import job_from_command
 
@@ -64,6 +93,11 @@ def cmd_run(ns: argparse.Namespace) -> int:
             return EXIT_USAGE
     except JobFileError as err:
         return _print_problems(err)
+    unusable = _log_dir_unusable(job.log_dir)
+    if unusable is not None:
+        print(f"dsguard run: log_dir: {unusable}", file=sys.stderr)
+        print("dsguard: nothing was launched", file=sys.stderr)
+        return EXIT_USAGE
 
     sup = Supervisor(
         job,
@@ -76,12 +110,24 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    return sup.run()
+    try:
+        return sup.run()
+    except OSError as exc:
+        # Taking the lock is the supervisor's first step: a failure there (no inode left,
+        # a quota) is the environment's, not a bug, and must not become exit 70 (a systemd
+        # restart loop). Any other OSError is left to main()'s internal-error path.
+        from dsguard.run.logdir import LogDir
+
+        if exc.filename is None or Path(exc.filename) != LogDir(job.log_dir).lock:
+            raise
+        print(f"dsguard run: cannot take the job lock {exc.filename}: {exc.strerror or exc}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
 
 
 def cmd_validate(ns: argparse.Namespace) -> int:
     try:
-        job = _load(ns.job)
+        job = _load(ns.job, writable=True)
     except JobFileError as err:
         return _print_problems(err)
     if ns.deep:

@@ -75,6 +75,14 @@ def _ledger(state: State | None) -> dict[str, Any]:
     return ledger if isinstance(ledger, dict) else {}
 
 
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _mapping(value: object) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
 def _state_fields(state: State | None) -> dict[str, Any]:
     """What status shows from state.json. A top-level field that is absent (an older file,
     or a run that has not got that far) is taken from the ledger when the ledger has it."""
@@ -84,14 +92,16 @@ def _state_fields(state: State | None) -> dict[str, Any]:
                 "positions", "attempt_log", "resume_from", "delay_s")  # fmt: skip
         return {**dict.fromkeys(keys), "history": []}
     history = ledger.get("history")
+    # The ledger is read by key and unchecked: a mistyped value there ("attempt": "x") is
+    # shown as unknown, not as "#x" or a crash further down.
     return {
         "job": state.job,
         "run_id": state.run_id,
         "state": state.state.value,
         "reason": state.reason,
-        "attempt": state.attempt if state.attempt is not None else ledger.get("attempt"),
-        "phase": state.phase if state.phase is not None else ledger.get("phase"),
-        "knobs": state.knobs if state.knobs is not None else ledger.get("knobs"),
+        "attempt": state.attempt if state.attempt is not None else _count(ledger.get("attempt")),
+        "phase": state.phase if state.phase is not None else _count(ledger.get("phase")),
+        "knobs": state.knobs if state.knobs is not None else _mapping(ledger.get("knobs")),
         "global_batch": state.global_batch,
         "positions": ledger.get("positions"),
         "attempt_log": state.attempt_log,
@@ -142,6 +152,9 @@ def _newest_checkpoint(ckpt_dir: object, now: float) -> dict[str, Any] | None:
         entries = list(root.iterdir())
     except OSError as exc:
         out["error"] = exc.strerror or str(exc)
+        return out
+    except ValueError as exc:  # a NUL byte in a hand-edited or corrupt state.json
+        out["error"] = f"not a usable path: {exc}"
         return out
     found = [(int(m.group(1)), p) for p in entries if (m := _CKPT.fullmatch(p.name)) and p.is_dir()]
     if not found:

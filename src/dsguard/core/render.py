@@ -125,4 +125,49 @@ def render_attempt_config(
     pre = check_deepspeed_config(
         rendered, knobs=knobs, world_size=world_size, hf_trainer=uses_hf_trainer(job)
     )
-    return Rendered(pre.config, list(pre.fixes), list(pre.problems), rendered)
+    overrides = _overridden_batch_keys(job, rendered)
+    return Rendered(pre.config, overrides + list(pre.fixes), list(pre.problems), rendered)
+
+
+#: The job-file knob each batch key of the DeepSpeed config comes from.
+_KNOB_OF = {
+    "train_micro_batch_size_per_gpu": "train.micro_batch_size",
+    "gradient_accumulation_steps": "train.gradient_accumulation_steps",
+    "train_batch_size": "micro x accumulation x world",
+}
+
+
+def _overridden_batch_keys(job: Job, rendered: Mapping[str, Any]) -> list[Fix]:
+    """The base config's numeric batch keys that disagree with the job's own starting knobs,
+    as fixes (old: the file's value, new: this attempt's).
+
+    :func:`render_deepspeed_config` rewrites every numeric batch key to the knobs (HF raises
+    on a mismatch, plain DeepSpeed would train another batch), and used to do it silently: a
+    config saying ``train_micro_batch_size_per_gpu: 8`` ran with 4 and neither ``validate``
+    nor the event log said so. Only a disagreement with the job's *starting* knobs is the
+    user's to hear about; a later rung's change is logged by the rung itself, so a base
+    config that agreed with ``train:`` reports nothing on any attempt. A disagreeing
+    ``train_batch_size`` is refused by the job file (``dsguard.job.file.ds_batch_problem``)
+    and appears here only for a job built without it.
+    """
+    assert job.deepspeed is not None
+    base = job.deepspeed.base
+    start = {
+        "train_micro_batch_size_per_gpu": job.knobs.micro_batch_size,
+        "gradient_accumulation_steps": job.knobs.gradient_accumulation_steps,
+        "train_batch_size": job.knobs.global_batch(job.world_size),
+    }
+    fixes: list[Fix] = []
+    for key in _BATCH_KEYS:
+        old = base.get(key)
+        if old is None or old == "auto" or isinstance(old, bool):
+            continue
+        if not isinstance(old, int | float) or old == start[key]:
+            continue  # a non-number is the preflight's to refuse
+        why = (
+            f"the job's {_KNOB_OF[key]} is {start[key]}: dsguard's knobs override the "
+            "DeepSpeed config's batch keys (the HF Trainer raises on a mismatch, plain "
+            "DeepSpeed would silently train another batch)"
+        )
+        fixes.append(Fix(key, old, rendered.get(key), why))
+    return fixes

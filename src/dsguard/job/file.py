@@ -17,10 +17,13 @@ dsguard owns) run afterwards over whatever parts validated, using the same locat
 from __future__ import annotations
 
 import difflib
+import errno
 import json
+import math
 import os
 import re
 import shutil
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +39,8 @@ from dsguard.job.knobs import (
     DEFAULT_FLAGS,
     FLAG_KNOBS,
     KNOB_NAMES,
+    MAX_BATCH,
+    MAX_LENGTH,
     Knobs,
     Offload,
 )
@@ -67,7 +72,13 @@ from dsguard.job.schema import (
     train_keys,
 )
 
-__all__ = ["NAME_PATTERN", "job_file_schema", "load_job"]
+__all__ = [
+    "NAME_PATTERN",
+    "dir_problem",
+    "ds_batch_problem",
+    "job_file_schema",
+    "load_job",
+]
 
 #: Job names become a directory name and a systemd instance name (``dsguard@NAME``), so
 #: they must be safe in both without escaping.
@@ -77,6 +88,14 @@ _NAME_RE = re.compile(NAME_PATTERN)
 _FLAG_RE = re.compile(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A GPU index is a C ``unsigned int`` to NVML; one past it overflows the ctypes call.
+MAX_GPU_INDEX = 1023
+#: Data-parallel ranks: 65,536 is already more GPUs than any single job has had.
+MAX_WORLD_SIZE = 2**16
+#: ``host_memory_limit`` becomes RLIMIT_AS; 2**56 bytes (64 PiB) is more address space than
+#: x86-64's five-level paging gives a process, so anything above it is not a limit at all,
+#: and past 2**64 ``setrlimit`` itself raises in the child, before the launcher starts.
+MAX_HOST_MEMORY_BYTES = 2**56
 
 #: Field used for problems about the document as a whole (unreadable, not YAML, not a mapping).
 DOCUMENT = "(document)"
@@ -118,16 +137,29 @@ class LadderSection(Section):
     host_oom: list[str] | None = spec(ListOf(Str()), None)
 
 
+#: Upper bounds of the ``limits:`` numbers. A duration of ``1e30`` (or ``.inf``) passes a
+#: ``>= 0`` check and then overflows the first ``sleep``/``wait`` it reaches (``OverflowError:
+#: timeout value is too large``): dsguard exits 70, and under systemd that is a restart loop
+#: that never says which key is wrong. The bounds are far past any useful setting.
+_HOUR_S = 3600.0
+_DAY_S = 86400.0
+_WEEK_S = 7 * _DAY_S
+#: A retry budget beyond this is "forever" spelled as a number; a week of one-minute attempts.
+_MAX_ATTEMPTS = 10_000
+
+
 class LimitsSection(Section):
-    min_micro_batch_size: int | None = spec(Int(ge=1), None)
-    min_max_length: int | None = spec(Int(ge=1), None)
-    max_attempts: int | None = spec(Int(ge=1), None)
-    backoff_s: list[float] | None = spec(ListOf(Float(ge=0), min_length=2, max_length=2), None)
-    healthy_uptime_s: float | None = spec(Float(ge=0), None)
-    stop_grace_s: float | None = spec(Float(ge=0), None)
-    fatal_grace_s: float | None = spec(Float(ge=0), None)
-    hang_timeout_s: float | None = spec(Float(gt=0), None)
-    stop_save_timeout_s: float | None = spec(Float(ge=0), None)
+    min_micro_batch_size: int | None = spec(Int(ge=1, le=MAX_BATCH), None)
+    min_max_length: int | None = spec(Int(ge=1, le=MAX_LENGTH), None)
+    max_attempts: int | None = spec(Int(ge=1, le=_MAX_ATTEMPTS), None)
+    backoff_s: list[float] | None = spec(
+        ListOf(Float(ge=0, le=_DAY_S), min_length=2, max_length=2), None
+    )
+    healthy_uptime_s: float | None = spec(Float(ge=0, le=_WEEK_S), None)
+    stop_grace_s: float | None = spec(Float(ge=0, le=_HOUR_S), None)
+    fatal_grace_s: float | None = spec(Float(ge=0, le=_HOUR_S), None)
+    hang_timeout_s: float | None = spec(Float(gt=0, le=_WEEK_S), None)
+    stop_save_timeout_s: float | None = spec(Float(ge=0, le=_DAY_S), None)
 
 
 class ResourcesSection(Section):
@@ -146,8 +178,8 @@ class _TopSection(Section):
     module: str | None = spec(Str(), None)
     args: list[str] = spec(ListOf(Str()), [], nullable=False)
     python: str | None = spec(Str(), None)
-    gpus: list[int] | None = spec(ListOf(Int(ge=0)), None)
-    world_size: int | None = spec(Int(ge=1), None)
+    gpus: list[int] | None = spec(ListOf(Int(ge=0, le=MAX_GPU_INDEX)), None)
+    world_size: int | None = spec(Int(ge=1, le=MAX_WORLD_SIZE), None)
     env: dict[str, str] = spec(StrMap(), {}, nullable=False)
     log_dir: str | None = spec(Str(), None)
 
@@ -365,6 +397,26 @@ def _key_home(key: str, here: str) -> str | None:
     return None
 
 
+def _range(err: ShapeError) -> str:
+    """`` (valid range: 1 <= value <= 1048576)`` for a bound error with both a lower and an
+    upper bound: the user fixing ``micro_batch_size: 1e30`` should not need a second round to
+    find the other end."""
+    bounds = err.ctx.get("bounds")
+    if not isinstance(bounds, dict) or "le" not in bounds:
+        return ""
+    if "ge" in bounds:
+        low = f"{_num(bounds['ge'])} <= "
+    elif "gt" in bounds:
+        low = f"{_num(bounds['gt'])} < "
+    else:
+        return ""
+    return f" (valid range: {low}value <= {_num(bounds['le'])})"
+
+
+def _num(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
 def _message(err: ShapeError, field_name: str, section: str) -> str:
     kind = err.type
     value = err.input
@@ -386,7 +438,7 @@ def _message(err: ShapeError, field_name: str, section: str) -> str:
     msg = err.msg.replace("Input should be", "must be").replace(
         "String should match pattern", "must match the pattern"
     )
-    msg = f"{msg}, got {_show(value)}"
+    msg = f"{msg}, got {_show(value)}{_range(err)}"
     if kind == "literal_error" and isinstance(value, str):
         expected = re.findall(r"'([^']*)'", str(err.ctx.get("expected", "")))
         msg += _did_you_mean(value, expected)
@@ -517,6 +569,41 @@ def _ds_knobs(base: Mapping[str, Any], path: Path) -> tuple[int | None, Offload,
     return stage, offload, []
 
 
+def ds_batch_problem(
+    base: Mapping[str, Any], knobs: Knobs, world_size: int, path: Path
+) -> str | None:
+    """Why the base config's explicit ``train_batch_size`` cannot be used with the job's
+    knobs, or None.
+
+    Refused, not fixed: ``train_batch_size`` *is* the global batch
+    (micro x accumulation x world), the one number the ladder keeps constant, and the job then
+    states two different ones. Rewriting it to the knobs' product (what happened silently)
+    trains another optimisation problem than the config says; keeping it is impossible
+    (DeepSpeed asserts the product, the HF Trainer raises on the mismatch); guessing which
+    knob to change (accumulation 7/4?) may have no answer at all. Only the user can say which
+    global batch was meant, so nothing launches until the two agree. ``"auto"``, absent and
+    non-numeric values are left to the preflight (:mod:`dsguard.core.preflight`), which
+    fills, adds or refuses them per attempt; a disagreeing micro-batch or accumulation alone
+    is a per-rank setting the job's ``train:`` overrides, and the preflight reports that
+    rewrite as a fix.
+    """
+    value = base.get("train_batch_size")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None  # the preflight names a fractional or infinite batch
+    wanted = knobs.global_batch(world_size)
+    if int(value) == wanted:
+        return None
+    return (
+        f"{path}: train_batch_size is {value!r}, but train: gives micro "
+        f"{knobs.micro_batch_size} x accumulation {knobs.gradient_accumulation_steps} x world "
+        f"{world_size} = {wanted}; train_batch_size is the global batch, which dsguard keeps "
+        "constant, and the job states two different ones: set it to "
+        f'{wanted} (or "auto"), or change train: so that the product is {int(value)}'
+    )
+
+
 def _offload_conflict(stage: int | None, offload: Offload) -> str | None:
     if offload is Offload.NONE:
         return None
@@ -549,6 +636,69 @@ def _canonical_flag(flag: str) -> str:
 def _negated(flag: str) -> str | None:
     """``--no_x`` for a boolean ``--x``: HfArgumentParser adds it for fields defaulting to True."""
     return "--no_" + flag[2:] if flag.startswith("--") else None
+
+
+def _nearest_existing(path: Path) -> tuple[Path | None, os.stat_result | None, str | None]:
+    """The deepest existing ancestor of ``path`` (``path`` itself included) and its stat,
+    or why the walk stopped: a symlink loop or a component that cannot be searched."""
+    for candidate in (path, *path.parents):
+        try:
+            return candidate, candidate.stat(), None
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # missing, or below a file: the ancestor that exists tells which
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return candidate, None, f"{candidate} goes through a symlink loop"
+            return candidate, None, f"cannot look up {candidate}: {exc.strerror or exc}"
+        except ValueError as exc:  # an embedded NUL byte
+            return None, None, f"not a usable path: {exc}"
+    return None, None, None
+
+
+def _writable(directory: Path) -> str | None:
+    """Why dsguard (its effective user) could not create files in ``directory``, or None.
+    ``access(2)`` answers for root too on a read-only mount (EROFS), where permission bits
+    would not stop root."""
+    use_effective = os.access in os.supports_effective_ids
+    if os.access(directory, os.W_OK | os.X_OK, effective_ids=use_effective):
+        return None
+    try:
+        read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        return f"{directory} is on a read-only file system"
+    return f"{directory} is not writable by this user (uid {os.geteuid()})"
+
+
+def dir_problem(path: Path, *, writable: bool) -> str | None:
+    """What stops ``path`` from being (or becoming) a directory dsguard can use, or None.
+
+    A ``log_dir`` below a regular file, equal to one, inside a read-only mount, or behind a
+    symlink loop used to pass validation and then crash ``dsguard run`` with a traceback and
+    exit 70 (under systemd a restart loop) at its first ``mkdir``; the same for
+    ``checkpoints.dir``, where the trainer fails minutes into the first attempt instead.
+    Checked here so that ``validate`` and ``run`` refuse it alike, naming the line.
+
+    ``writable``: also require that the directory (or, when it does not exist yet, its
+    nearest existing ancestor) is writable by this process; only the commands that will
+    write there ask, since ``status`` or ``plan`` may be run by another user.
+    """
+    found, st, error = _nearest_existing(path)
+    if error is not None:
+        return error
+    if found is None or st is None:
+        return None  # nothing exists up to the root: nothing to say about it here
+    if not stat.S_ISDIR(st.st_mode):
+        what = "a regular file" if stat.S_ISREG(st.st_mode) else "not a directory"
+        if found == path:
+            return f"{path} exists and is {what}, not a directory"
+        return f"{found} is {what}, so no directory can be created below it ({path})"
+    if writable:
+        why = _writable(found)
+        if why is not None:
+            return why if found == path else f"cannot create {path}: {why}"
+    return None
 
 
 def _resolve_python(value: str, base: Path) -> tuple[str | None, str | None]:
@@ -654,12 +804,17 @@ def _parse(path: Path) -> tuple[dict[str, Any], _Locator, list[Problem]]:
     return data, locator, problems
 
 
-def load_job(path: Path) -> Job:
+def load_job(path: Path, *, writable: bool = False) -> Job:
     """Parse and validate a job file; raise :class:`JobFileError` with every problem found.
 
     Relative paths resolve against the job file's directory (``workdir`` too), except
     ``script`` and ``checkpoints.dir``, which belong to the training code and resolve
     against ``workdir``.
+
+    ``writable``: also require that this process can create ``log_dir`` and write in it.
+    ``dsguard run`` and ``dsguard validate`` ask (validate must refuse what run would);
+    read-only commands (``status``, ``events``, ``plan``) and ``service install`` (which
+    runs as another user than the job) do not.
     """
     given = Path(path)
     source = _absolute(Path.cwd(), given)
@@ -689,7 +844,7 @@ def load_job(path: Path) -> Job:
         limits=section("limits", LimitsSection),
         resources=section("resources", ResourcesSection),
     )
-    job = _build(ctx, base_dir, source, parsed)
+    job = _build(ctx, base_dir, source, parsed, writable=writable)
     if job is None and not ctx.problems:  # every path to None records why; never raise empty
         ctx.add((), "the job could not be built (a dsguard bug: no problem was recorded)")
     if ctx.problems or job is None:
@@ -772,6 +927,13 @@ def _build_resources(ctx: _Context, parsed: _Checked[ResourcesSection] | None) -
                 ("resources", "host_memory_limit"),
                 f"{rm.host_memory_limit!r} is not a size; write bytes or e.g. 6GiB, 800MiB",
             )
+        elif host > MAX_HOST_MEMORY_BYTES:
+            ctx.add(
+                ("resources", "host_memory_limit"),
+                f"{rm.host_memory_limit!r} is {host} bytes, more than any address space "
+                f"(valid range: 1 <= bytes <= {MAX_HOST_MEMORY_BYTES}, i.e. 64 PiB)",
+            )
+            host = None
     return Resources(gpu_memory_fraction=rm.gpu_memory_fraction, host_memory_limit_bytes=host)
 
 
@@ -1011,6 +1173,9 @@ def _build_checkpoints(
         if ckpt.resume_at_start is not None:
             ckpt_kw["resume_at_start"] = ckpt.resume_at_start
         checkpoints = CheckpointSpec(dir=_absolute(workdir, ckpt.dir), **ckpt_kw)
+        ckpt_problem = dir_problem(checkpoints.dir, writable=False)
+        if ckpt_problem is not None:
+            ctx.add(("checkpoints", "dir"), f"{ckpt_problem} (resolved against workdir)")
         if checkpoints.output_flag is not None and not _FLAG_RE.match(checkpoints.output_flag):
             ctx.add(
                 ("checkpoints", "output_flag"),
@@ -1090,7 +1255,26 @@ def _build_limits(
     return limits
 
 
-def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Job | None:
+def _build_log_dir(
+    ctx: _Context, top_c: _Checked[_TopSection], base_dir: Path, *, writable: bool
+) -> Path | None:
+    """``log_dir`` (default ``runs/NAME``) resolved against the job file's directory, and
+    checked the way ``dsguard run`` will use it (see :func:`dir_problem`)."""
+    top = top_c.model
+    if top is None:
+        return None
+    given = top.log_dir is not None
+    log_dir = _absolute(base_dir, top.log_dir if top.log_dir is not None else f"runs/{top.name}")
+    problem = dir_problem(log_dir, writable=writable)
+    if problem is not None and "log_dir" not in top_c.bad:
+        where = "" if given else " (the default log_dir, runs/NAME next to the job file)"
+        ctx.add(("log_dir",), f"{problem}{where}; dsguard writes its logs and lock there")
+    return log_dir
+
+
+def _build(
+    ctx: _Context, base_dir: Path, source: Path, parsed: _Sections, *, writable: bool = False
+) -> Job | None:
     """Cross-field checks and path resolution; ``None`` when a part needed for the Job failed
     (its problems are already in ``ctx``)."""
     top_c = parsed.top
@@ -1100,15 +1284,20 @@ def _build(ctx: _Context, base_dir: Path, source: Path, parsed: _Sections) -> Jo
     ds_config = _build_deepspeed(ctx, parsed.deepspeed, base_dir)
     ds_spec = ds_config[0]
     knobs, explicit = _build_knobs(ctx, parsed.train, parsed.deepspeed, ds_config)
+    if ds_spec is not None and knobs is not None and "world_size" not in top_c.bad:
+        batch_problem = ds_batch_problem(ds_spec.base, knobs, world_size, ds_spec.config_path)
+        if batch_problem is not None:
+            ctx.add(("deepspeed", "config"), batch_problem)
     flag_map, resume_flag = _build_flags(ctx, top_c, parsed.flags, parsed.checkpoints, ds_spec)
     checkpoints = _build_checkpoints(ctx, top_c, parsed.checkpoints, workdir, resume_flag)
     ladder = _build_ladder(ctx, parsed.ladder)
     limits = _build_limits(ctx, parsed.limits, knobs)
     resources = _build_resources(ctx, parsed.resources)
+    log_dir = _build_log_dir(ctx, top_c, base_dir, writable=writable)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
         return None
     name = top.name
-    log_dir = _absolute(base_dir, top.log_dir if top.log_dir is not None else f"runs/{name}")
+    assert log_dir is not None  # set whenever top is
     return Job(
         name=name,
         source=source,

@@ -34,6 +34,18 @@ OFFLOAD_NAMES: tuple[str, ...] = tuple(o.value for o in Offload)
 
 KnobKind = Literal["int", "bool", "offload"]
 
+#: Upper bounds of the ``int`` knobs. No real run comes near them; they exist because an
+#: unbounded value is accepted today and fails far from the job file: ``micro_batch_size:
+#: 1e30`` written as an integer becomes a global batch no DeepSpeed int field, C ``int``
+#: flag parser or ``trainer_state.json`` patch can hold, and the run dies minutes later (or
+#: dsguard crashes computing with it) instead of the job file naming the line.
+#: Micro-batch and accumulation: 2**20 samples per rank per step (a million).
+MAX_BATCH = 2**20
+#: Sequence length: 2**24 tokens (16 M, far past any released context window).
+MAX_LENGTH = 2**24
+#: DataLoader worker processes per rank: each is a process; 1024 is already a fork bomb.
+MAX_WORKERS = 1024
+
 
 @dataclass(frozen=True, slots=True)
 class KnobSpec:
@@ -70,16 +82,17 @@ class Knobs:
     """
 
     micro_batch_size: int = _knob(
-        kind="int", label="micro", minimum=1,
+        kind="int", label="micro", minimum=1, maximum=MAX_BATCH,
         flag="--per_device_train_batch_size", always_passed=True,
     )  # fmt: skip
     gradient_accumulation_steps: int = _knob(
-        1, kind="int", label="accum", minimum=1,
+        1, kind="int", label="accum", minimum=1, maximum=MAX_BATCH,
         flag="--gradient_accumulation_steps", always_passed=True,
     )  # fmt: skip
     max_length: int | None = _knob(
-        None, kind="int", label="max_len", minimum=1, flag="--model_max_length"
-    )
+        None, kind="int", label="max_len", minimum=1, maximum=MAX_LENGTH,
+        flag="--model_max_length",
+    )  # fmt: skip
     zero_stage: int | None = _knob(None, kind="int", label="zero", minimum=0, maximum=3)
     # A StrEnum member is immutable; ruff cannot tell from the annotation.
     offload: Offload = _knob(Offload.NONE, kind="offload", label="offload")  # noqa: RUF009
@@ -88,8 +101,9 @@ class Knobs:
         False, kind="bool", label="gc", flag="--gradient_checkpointing"
     )
     dataloader_workers: int = _knob(
-        0, kind="int", label="workers", minimum=0, flag="--dataloader_num_workers"
-    )
+        0, kind="int", label="workers", minimum=0, maximum=MAX_WORKERS,
+        flag="--dataloader_num_workers",
+    )  # fmt: skip
     pin_memory: bool = _knob(True, kind="bool", label="pin", flag="--dataloader_pin_memory")
 
     def global_batch(self, world_size: int) -> int:
@@ -140,6 +154,10 @@ BOOL_KNOBS: frozenset[str] = frozenset(n for n, s in KNOB_SPECS.items() if s.kin
 #: Smallest valid value of each ``int`` knob (the job file and the quick-start parser).
 INT_KNOB_MINIMUM: dict[str, int] = {
     n: s.minimum for n, s in KNOB_SPECS.items() if s.kind == "int" and s.minimum is not None
+}
+#: Largest valid value of each ``int`` knob (the job file and the quick-start parser).
+INT_KNOB_MAXIMUM: dict[str, int] = {
+    n: s.maximum for n, s in KNOB_SPECS.items() if s.kind == "int" and s.maximum is not None
 }
 
 

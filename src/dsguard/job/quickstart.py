@@ -21,6 +21,8 @@ from typing import Any
 
 from dsguard.errors import JobFileError, Problem
 from dsguard.job.file import (
+    MAX_GPU_INDEX,
+    MAX_WORLD_SIZE,
     _HINTS,
     _MODULE_RE,
     _NAME_RE,
@@ -32,11 +34,13 @@ from dsguard.job.file import (
     _offload_conflict,
     _read_ds_config,
     _resolve_python,
+    ds_batch_problem,
 )
 from dsguard.job.knobs import (
     BOOL_KNOBS,
     DEFAULT_FLAGS,
     FLAG_KNOBS,
+    INT_KNOB_MAXIMUM,
     INT_KNOB_MINIMUM,
     Knobs,
     Offload,
@@ -162,6 +166,11 @@ def _positive_int(text: str | None, where: str, problems: _Problems) -> int | No
     if value < 1:
         problems.add(where, f"must be at least 1, got {value}")
         return None
+    if value > MAX_WORLD_SIZE:
+        problems.add(
+            where, f"must be at most {MAX_WORLD_SIZE}, got {value} (a process count per job)"
+        )
+        return None
     return value
 
 
@@ -171,8 +180,11 @@ def _gpu_list(text: str, where: str, problems: _Problems) -> tuple[int, ...] | N
     except ValueError:
         problems.add(where, f"expected GPU indices like 0,1,2, got {text!r}")
         return None
-    if any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
-        problems.add(where, f"GPU indices must be distinct and non-negative, got {text!r}")
+    if any(g < 0 or g > MAX_GPU_INDEX for g in gpus) or len(set(gpus)) != len(gpus):
+        problems.add(
+            where,
+            f"GPU indices must be distinct and between 0 and {MAX_GPU_INDEX}, got {text!r}",
+        )
         return None
     return gpus
 
@@ -394,6 +406,14 @@ def _int_knob_value(
     if value < minimum:
         problems.add(name, f"must be at least {minimum}, got {value}")
         return None, used
+    maximum = INT_KNOB_MAXIMUM.get(knob)
+    if maximum is not None and value > maximum:
+        problems.add(
+            name,
+            f"must be at most {maximum}, got {value} (valid range: {minimum} <= value <= "
+            f"{maximum})",
+        )
+        return None, used
     return value, used
 
 
@@ -543,11 +563,17 @@ def job_from_command(
         CheckpointSpec(dir=_absolute(cwd, scan.output_dir)) if scan.output_dir is not None else None
     )
     name = _job_name(name, cmd.target, cmd.is_module, problems)
+    gpus = cmd.gpus
+    world_size = cmd.world_size or (len(gpus) if gpus else 1)
+    if deepspeed is not None and not problems.items:
+        batch_problem = ds_batch_problem(
+            deepspeed.base, Knobs(**values), world_size, deepspeed.config_path
+        )
+        if batch_problem is not None:
+            problems.add(_DEEPSPEED_FLAG, batch_problem)
     if problems.items:
         raise JobFileError(problems.items)
 
-    gpus = cmd.gpus
-    world_size = cmd.world_size or (len(gpus) if gpus else 1)
     return Job(
         name=name,
         source=None,

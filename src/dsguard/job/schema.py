@@ -114,15 +114,21 @@ class _Bounded(Shape):
 
     def _bounds(self, value: float, loc: Loc) -> list[ShapeError]:
         # Same order as pydantic-core (le before ge/gt), so NaN fails on ``le`` where set.
+        # ``bounds`` (beyond pydantic's ctx) carries every bound, so the job file's message
+        # can name the whole valid range, not only the side that was crossed.
+        bounds = {k: b for k, b in (("ge", self.ge), ("gt", self.gt), ("le", self.le)) if b is not None}
         if self.le is not None and not value <= self.le:
             msg = f"Input should be less than or equal to {_num(self.le)}"
-            return [ShapeError("less_than_equal", loc, msg, value, {"le": self.le})]
+            ctx = {"le": self.le, "bounds": bounds}
+            return [ShapeError("less_than_equal", loc, msg, value, ctx)]
         if self.ge is not None and not value >= self.ge:
             msg = f"Input should be greater than or equal to {_num(self.ge)}"
-            return [ShapeError("greater_than_equal", loc, msg, value, {"ge": self.ge})]
+            ctx = {"ge": self.ge, "bounds": bounds}
+            return [ShapeError("greater_than_equal", loc, msg, value, ctx)]
         if self.gt is not None and not value > self.gt:
             msg = f"Input should be greater than {_num(self.gt)}"
-            return [ShapeError("greater_than", loc, msg, value, {"gt": self.gt})]
+            ctx = {"gt": self.gt, "bounds": bounds}
+            return [ShapeError("greater_than", loc, msg, value, ctx)]
         return []
 
     def _schema_bounds(self, out: dict[str, Any]) -> dict[str, Any]:
