@@ -270,3 +270,36 @@ def test_real_gpu_probe_on_this_host(tmp_path: Path) -> None:
         assert d["gpu"]["reason"]
     assert json.loads(render(d, as_json=True))["log_dir"] == str(tmp_path)
     assert render(d, as_json=False) == render_table(d)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"state": 5}',
+        '{"state": "running", "attempt": "x"}',
+        "not json at all",
+        "[1, 2]",
+        '{"state": "running", "current_attempt": {"started_epoch_s": "x"}}',
+    ],
+)
+def test_mistyped_state_file_is_no_usable_state(tmp_path: Path, text: str) -> None:
+    """Issue 13.8: a mistyped state.json is one problem line and exit 4 ("no state"), not a
+    traceback: the table and the JSON both render."""
+    (tmp_path / "state.json").write_text(text)
+    d = collect(tmp_path, now=lambda: NOW, gpu=None)
+    assert status_exit_code(d) == EXIT_NO_STATE
+    assert [p for p in d["problems"] if "state.json" in p and "\n" not in p]
+    assert "problem" in render_table(d) and json.loads(render(d, as_json=True))
+
+
+def test_mistyped_ledger_and_a_nul_in_the_checkpoint_dir_do_not_crash(tmp_path: Path) -> None:
+    """A hand-edited state.json with a NUL byte in its checkpoint dir raised ValueError from
+    the directory listing (exit 70); the ledger's unchecked values were shown as "#x"."""
+    state = {"state": "gave_up", "checkpoint_dir": "/tmp/a\u0000b",
+             "ledger": {"attempt": "x", "phase": [1], "knobs": "micro 4"}}  # fmt: skip
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    d = collect(tmp_path, now=lambda: NOW, gpu=None)
+    assert status_exit_code(d) == EXIT_NOT_RUNNING
+    assert "not a usable path" in d["checkpoint"]["error"]
+    assert (d["attempt"], d["phase"], d["knobs"]) == (None, None, None)
+    assert "#x" not in render_table(d)
