@@ -302,3 +302,24 @@ def test_validate_deep_accepts_the_demo(run_dsguard: Callable[..., RunResult]) -
     res = run_dsguard("validate", str(demo), "--deep", timeout=300)
     assert res.code == 0, res.proc.stderr
     assert "accepts" in res.proc.stdout
+
+
+def test_an_overridden_micro_batch_is_said_by_validate_and_logged_by_run(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """Issue 13.12: the DeepSpeed config's micro-batch 8 against train.micro_batch_size 4 was
+    rewritten without a word; validate shows the fix and run logs it (preflight_fixed)."""
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+                              "zero_optimization": {"stage": 2}}))  # fmt: skip
+    write_job(tmp_path, ["--scenario", "ok"], train={"micro_batch_size": 4},
+              deepspeed={"config": str(ds)})  # fmt: skip
+    res = run_dsguard("validate", "job.yaml")
+    assert res.code == 0, res.proc.stderr
+    assert f"{ds}: fixed at launch: train_micro_batch_size_per_gpu: 8 -> 4" in res.proc.stdout
+    res = run_dsguard("run", "job.yaml", "--quiet")
+    assert res.code == 0, res.proc.stderr
+    fixes = [f for e in res.named("preflight_fixed") for f in e["fixes"]]
+    assert {"path": "train_micro_batch_size_per_gpu", "old": 8, "new": 4} in [
+        {k: f[k] for k in ("path", "old", "new")} for f in fixes
+    ]

@@ -1507,23 +1507,24 @@ log_dir: LOGDIR
 
 
 @pytest.mark.parametrize(
-    ("log_dir", "ckpt", "field", "line", "fragments"),
+    ("dirs", "field", "line", "fragments"),
     [
-        ("afile/logs", "out", "log_dir", 5, ["afile is a regular file", "below it"]),
-        ("afile/a/b", "out", "log_dir", 5, ["afile is a regular file"]),
-        ("afile", "out", "log_dir", 5, ["afile exists and is a regular file, not a directory"]),
-        ("loop/logs", "out", "log_dir", 5, ["loop/logs goes through a symlink loop"]),
-        ("logs", "afile/ck", "checkpoints.dir", 4, ["afile is a regular file", "below it"]),
-        ("logs", "afile", "checkpoints.dir", 4, ["exists and is a regular file"]),
+        (("afile/logs", "out"), "log_dir", 5, ["afile is a regular file", "below it"]),
+        (("afile/a/b", "out"), "log_dir", 5, ["afile is a regular file"]),
+        (("afile", "out"), "log_dir", 5, ["afile exists and is a regular file, not a directory"]),
+        (("loop/logs", "out"), "log_dir", 5, ["loop/logs goes through a symlink loop"]),
+        (("logs", "afile/ck"), "checkpoints.dir", 4, ["afile is a regular file", "below it"]),
+        (("logs", "afile"), "checkpoints.dir", 4, ["exists and is a regular file"]),
     ],
 )
 def test_unusable_log_and_checkpoint_dirs_are_job_file_problems(
-    work: Path, log_dir: str, ckpt: str, field: str, line: int, fragments: list[str]
+    work: Path, dirs: tuple[str, str], field: str, line: int, fragments: list[str]
 ) -> None:
     """Issue 13.8: these passed validation and crashed `dsguard run` (exit 70) at its first
     mkdir; now the job file names the line, for validate and run alike."""
     (work / "afile").write_text("not a directory\n")
     (work / "loop").symlink_to("loop")
+    log_dir, ckpt = dirs
     path = write_job(work, _PATH_JOB.replace("CKPT", ckpt).replace("LOGDIR", log_dir))
     assert_problem(path, field, line, *fragments)
 

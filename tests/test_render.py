@@ -93,3 +93,42 @@ def test_validate_does_not_pay_for_the_remedies() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def _job_with(base: dict[str, Any], knobs: Knobs, world: int) -> Job:
+    return Job(
+        name="j", source=None, workdir=Path("/w"), launcher=LauncherKind.PYTHON,
+        script=Path("/w/train.py"), module=None, args=(), python="/usr/bin/python3",
+        gpus=None, world_size=world, env={}, knobs=knobs, explicit_knobs=frozenset(),
+        flags=dict(DEFAULT_FLAGS), deepspeed=DeepSpeedSpec(Path("/w/ds.json"), base),
+        checkpoints=None,
+    )  # fmt: skip
+
+
+def test_a_base_batch_key_overridden_by_the_job_is_a_visible_fix() -> None:
+    """Issue 13.12: the base config's micro-batch 8 against train.micro_batch_size 4 was
+    rewritten silently (render did it before the preflight could see it); now a fix with the
+    file's value and the launched one, on every attempt it applies to."""
+    base = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2,
+            "train_batch_size": 8, "zero_optimization": {"stage": 2}}  # fmt: skip
+    job = _job_with(base, Knobs(4, 2, zero_stage=2), world=1)  # 4 x 2 x 1 = 8
+    got = render_attempt_config(job, job.knobs, remedies=(), world_size=1)
+    assert got.ok and got.config["train_micro_batch_size_per_gpu"] == 4
+    (fix,) = got.fixes
+    assert (fix.path, fix.old, fix.new) == ("train_micro_batch_size_per_gpu", 8, 4)
+    assert "train.micro_batch_size is 4" in fix.why
+    rung = render_attempt_config(job, Knobs(2, 4, zero_stage=2), remedies=(), world_size=1)
+    assert [(f.path, f.old, f.new) for f in rung.fixes] == [
+        ("train_micro_batch_size_per_gpu", 8, 2)
+    ]
+
+
+def test_a_base_that_agrees_with_the_job_reports_nothing_on_any_rung() -> None:
+    """A rung's own change is logged by the rung, not as a repair of the user's file."""
+    base = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+            "train_batch_size": 8, "zero_optimization": {"stage": 2}}  # fmt: skip
+    job = _job_with(base, Knobs(4, 2, zero_stage=2), world=1)
+    for knobs in (job.knobs, Knobs(2, 4, zero_stage=2), Knobs(1, 8, zero_stage=3)):
+        got = render_attempt_config(job, knobs, remedies=(), world_size=1)
+        assert got.ok and got.fixes == [], got.fixes
+        assert got.config["train_batch_size"] == 8

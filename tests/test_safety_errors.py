@@ -115,13 +115,14 @@ def test_lock_that_cannot_be_created_is_exit_2(
     full = tmpfs("size=256k,nr_inodes=3")
     (full / "logs").mkdir()
     n = 0
-    while True:  # use up the inodes the root and logs/ left
+    error = 0
+    while not error:  # use up the inodes the root and logs/ left
         try:
             (full / f"f{n}").touch()
         except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-            break
+            error = exc.errno or -1
         n += 1
+    assert error == errno.ENOSPC
     write_job(tmp_path, [], log_dir=str(full / "logs"))
     assert run_dsguard("validate", "job.yaml").code == 0  # nothing wrong with the job file
     _refused(run_dsguard("run", "job.yaml"), "cannot take the job lock", "No space left")

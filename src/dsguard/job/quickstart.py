@@ -21,12 +21,12 @@ from typing import Any
 
 from dsguard.errors import JobFileError, Problem
 from dsguard.job.file import (
-    MAX_GPU_INDEX,
-    MAX_WORLD_SIZE,
     _HINTS,
     _MODULE_RE,
     _NAME_RE,
     _RESUME_FLAG,
+    MAX_GPU_INDEX,
+    MAX_WORLD_SIZE,
     _absolute,
     _canonical_flag,
     _ds_knobs,

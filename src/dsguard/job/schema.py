@@ -116,7 +116,9 @@ class _Bounded(Shape):
         # Same order as pydantic-core (le before ge/gt), so NaN fails on ``le`` where set.
         # ``bounds`` (beyond pydantic's ctx) carries every bound, so the job file's message
         # can name the whole valid range, not only the side that was crossed.
-        bounds = {k: b for k, b in (("ge", self.ge), ("gt", self.gt), ("le", self.le)) if b is not None}
+        bounds = {
+            k: b for k, b in (("ge", self.ge), ("gt", self.gt), ("le", self.le)) if b is not None
+        }
         if self.le is not None and not value <= self.le:
             msg = f"Input should be less than or equal to {_num(self.le)}"
             ctx = {"le": self.le, "bounds": bounds}
