@@ -125,7 +125,7 @@ def test_lock_that_cannot_be_created_is_exit_2(
     assert error == errno.ENOSPC
     write_job(tmp_path, [], log_dir=str(full / "logs"))
     assert run_dsguard("validate", "job.yaml").code == 0  # nothing wrong with the job file
-    _refused(run_dsguard("run", "job.yaml"), "cannot take the job lock", "No space left")
+    _refused(run_dsguard("run", "job.yaml"), "take the job lock", "No space left", "dsguard.lock")
 
 
 def test_quick_start_log_dir_below_a_file(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import traceback
@@ -37,11 +38,10 @@ def _log_dir_unusable(log_dir: Path) -> str | None:
     """Why ``dsguard run`` cannot create ``log_dir`` or take its lock there, or None.
 
     The job file already refuses a log dir below a file or on a read-only mount; this covers
-    the quick start (no job file) and whatever changed since validation. It does what the
-    supervisor will do first (create the directory) and probes the rest without creating
-    the lock file, whose mode and place the supervisor owns: an ``OSError`` there used to
-    escape as a traceback and exit 70, which systemd reads as "crashed, restart me", a
-    restart loop that never names the directory.
+    the quick start (no job file) and whatever changed since validation. It creates nothing:
+    the supervisor creates the directory and the lock file, with the modes it chooses. An
+    ``OSError`` there used to escape as a traceback and exit 70, which systemd reads as
+    "crashed, restart me": a restart loop that never names the directory.
     """
     from dsguard.job.file import dir_problem
     from dsguard.run.logdir import LogDir
@@ -49,15 +49,22 @@ def _log_dir_unusable(log_dir: Path) -> str | None:
     problem = dir_problem(log_dir, writable=True)
     if problem is not None:
         return problem
-    try:
-        log_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"cannot create {log_dir}: {exc.strerror or exc}"
     logs = LogDir(log_dir)
     for path in (logs.lock, logs.events, logs.state):
         if path.is_dir():
             return f"{path} is a directory; dsguard needs to write a file there"
-    return dir_problem(log_dir, writable=True)
+    return None
+
+
+def _is_setup_error(exc: OSError, log_dir: Path) -> bool:
+    """Whether ``exc`` came from creating ``log_dir`` (or a parent) or its lock file: the
+    supervisor's first two steps, before anything is launched."""
+    from dsguard.run.logdir import LogDir
+
+    if exc.filename is None:
+        return False
+    where = Path(os.fsdecode(exc.filename))
+    return where == LogDir(log_dir).lock or where == log_dir or where in log_dir.parents
 
 
 def _print_problems(err: JobFileError) -> int:
@@ -113,14 +120,13 @@ def cmd_run(ns: argparse.Namespace) -> int:
     try:
         return sup.run()
     except OSError as exc:
-        # Taking the lock is the supervisor's first step: a failure there (no inode left,
-        # a quota) is the environment's, not a bug, and must not become exit 70 (a systemd
-        # restart loop). Any other OSError is left to main()'s internal-error path.
-        from dsguard.run.logdir import LogDir
-
-        if exc.filename is None or Path(exc.filename) != LogDir(job.log_dir).lock:
+        # Creating the log dir and taking the lock are the supervisor's first steps: a
+        # failure there (no inode left, a quota, a directory removed since the check above)
+        # is the environment's, not a bug, and must not become exit 70 (a systemd restart
+        # loop). Any other OSError is left to main()'s internal-error path.
+        if not _is_setup_error(exc, job.log_dir):
             raise
-        print(f"dsguard run: cannot take the job lock {exc.filename}: {exc.strerror or exc}",
+        print(f"dsguard run: cannot create the log dir or take the job lock: {exc}",
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
 
