@@ -895,6 +895,7 @@ class Supervisor:
             ref = AttemptRef(
                 run_id=current.run_id, attempt=current.attempt, sid=current.sid,
                 started_epoch_s=current.started_epoch_s,
+                launcher_create_time=current.launcher_create_time,
             )  # fmt: skip
             leftover = self.host.processes(ref)
             if leftover:
