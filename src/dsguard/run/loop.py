@@ -21,6 +21,7 @@ attempt it left behind and continues at the recorded rung.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import threading
@@ -45,6 +46,7 @@ from dsguard.core.ledger import (
     Ledger,
     apply_relaunch,
     next_attempt,
+    number_after,
     record_attempt,
     record_caps,
 )
@@ -79,6 +81,30 @@ _PROGRESS_CHECK_S = 1.0
 #: How often the attempt's resident memory is sampled (evidence for a later SIGKILL).
 _RSS_SAMPLE_S = 2.0
 _RSS_SAMPLES_KEPT = 5
+
+
+#: Every name the log dir gives an attempt: ``attempt-N.log``, ``attempt-N.deepspeed.json``,
+#: ``heartbeat/attempt-N-rank-R.json``, ``control/stop-attempt-N.json``.
+_ATTEMPT_NAME = re.compile(r"(?:^|-)attempt-(\d+)(?=[.-])")
+
+
+def highest_attempt_used(logs: LogDir) -> int:
+    """The highest attempt number any file in the log dir is named after (0: none).
+
+    state.json alone cannot say it: a discarded or finished state restarts the ladder, and a
+    dsguard killed between spawning an attempt and recording it leaves a log state.json does
+    not know. Reusing such a number would append a new run's output to an old run's log."""
+    highest = 0
+    for folder in (logs.root, logs.heartbeat_dir, logs.control_dir):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            m = _ATTEMPT_NAME.search(name)
+            if m is not None:
+                highest = max(highest, int(m.group(1)))
+    return highest
 
 
 def new_run_id(now: datetime) -> str:
@@ -238,6 +264,7 @@ class Supervisor:
         ckpt_root = job.checkpoints.dir if job.checkpoints is not None else None
         recovered = self._recover(events)
         ledger = recovered or Ledger(knobs=job.knobs, ckpt_dir=ckpt_root)
+        ledger = number_after(ledger, highest_attempt_used(self._logs))
         pid, created = self.host.identity()
         sm = StateMachine(
             self._logs.state,
@@ -255,7 +282,7 @@ class Supervisor:
             "run_started", job_file=job.source, launcher=job.launcher, world_size=world,
             knobs=ledger.knobs.as_dict(), global_batch=ledger.knobs.global_batch(world),
             log_dir=job.log_dir, checkpoint_dir=ledger.ckpt_dir, recovered=recovered is not None,
-            dsguard_version=__version__, pid=pid,
+            dsguard_version=__version__, pid=pid, first_attempt=ledger.attempt + 1,
         )  # fmt: skip
         return _Run(
             run_id=run_id, events=events, sm=sm, ledger=ledger, cfg=PolicyConfig.from_job(job),
@@ -287,7 +314,13 @@ class Supervisor:
         """Wait for the last attempt's GPU memory and the backoff delay, then relaunch."""
         cur = run.current
         self._status(run.ledger, f"relaunching after {run.last_kind}")
+        if self._stop_signal is not None:
+            return self._stopped()
         released = self._await_gpu_release(run.events, list(run.ended_pids))
+        if self._stop_signal is not None:
+            # The wait is bounded but long (up to a minute): a stop that arrived during it
+            # must not be followed by a launch.
+            return self._stopped()
         if released.status == "held":
             # A leftover allocation is a hard "do not relaunch": the next attempt would OOM
             # for the wrong reason and the ladder would shrink a config that fits.
@@ -318,10 +351,17 @@ class Supervisor:
         run.events.bind(attempt=n)
         self._fatal = None
         self._wake.clear()
+        # Stop requests are honoured between any two steps of a start: picking a checkpoint
+        # can take minutes (thousands of bad ones set aside), and a launch after a stop
+        # request would start a trainer the user just asked to end.
         self._resume_point(run, cur)
+        if self._stop_signal is not None:
+            return self._stopped()
         ds_path, problems = self._render_config(run, cur)
         if problems:
             return self._preflight_refused(run, problems)
+        if self._stop_signal is not None:
+            return self._stopped()
         cmd = cur.cmd = build_command(
             job, knobs, run_id=run.run_id, attempt=n, base_env=run.base_env,
             ds_config=ds_path, resume_from=cur.resume, output_dir=ledger.phase_output,
@@ -331,6 +371,8 @@ class Supervisor:
         log_path = cur.log_path = self._logs.attempt_log(n)
         cur.oom_before = self.host.oom_kill_count()
         cur.t0 = self.host.monotonic()
+        if self._stop_signal is not None:
+            return self._stopped()
         try:
             handle = cur.handle = self.host.spawn(
                 cmd, run_id=run.run_id, attempt=n, log_path=log_path,
@@ -431,6 +473,9 @@ class Supervisor:
             return None
         sel = self.host.select_checkpoint(ckpt_dir, self.job.world_size)
         for bad in sel.rejected:
+            if self._stop_signal is not None:
+                # Between two moves: the rest stay where they are (set aside next run).
+                return None
             dest = self.host.quarantine(bad.path, ckpt_dir)
             events.emit(
                 "checkpoint_quarantined", path=bad.path, moved_to=dest, step=bad.step,
@@ -835,7 +880,7 @@ class Supervisor:
         fields: dict[str, Any] = {
             "reason": nxt.reason,
             "kind": None if nxt.kind is None else nxt.kind.value,
-            "attempts": ledger.attempt - (1 if run.unstarted else 0),
+            "attempts": ledger.attempts_made - (1 if run.unstarted else 0),
             "knobs": ledger.knobs.as_dict(),
             "changes": job.knobs.diff(ledger.knobs),
             "global_batch": ledger.knobs.global_batch(world),
