@@ -74,8 +74,14 @@ def cmd_run(ns: argparse.Namespace) -> int:
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         sup.request_stop(signum)
 
+    def on_hangup(signum: int, _frame: FrameType | None) -> None:
+        # An SSH disconnect or a closed terminal must not end a night's training, nor leave
+        # state.json `running` with orphaned ranks: keep supervising, silently.
+        sup.console_lost(signum)
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     return sup.run()
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO, cast
 
 from dsguard import __version__
 from dsguard.core.classify import Evidence, Failure, FailureKind, StreamClassifier, decode_exit
@@ -125,6 +125,33 @@ def _tail_lines(path: Path, n: int) -> list[str]:
     return text.splitlines()[-n:]
 
 
+class _ConsoleGate:
+    """dsguard's console (text lines or the child's raw echo) that a lost terminal silences.
+
+    After SIGHUP the terminal is gone: a write may raise EIO or EPIPE, and a full pty that
+    nobody reads would block dsguard in ``write()``. Once ``lost`` (a hangup, or the first
+    failed write) every write is dropped; no write here ever raises into the loop."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def write(self, data: Any) -> int:
+        if not self.lost:
+            try:
+                self._stream.write(data)
+            except (OSError, ValueError):
+                self.lost = True
+        return len(data)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.lost = True
+
+
 @dataclass(frozen=True, slots=True)
 class _Next:
     """What a phase returns: the state to move to, why, and the state.json fields to record.
@@ -209,6 +236,9 @@ class Supervisor:
     _stop_signal: int | None = field(default=None, init=False)
     _stop_requests: int = field(default=0, init=False)
     _fatal: Evidence | None = field(default=None, init=False)
+    _gates: list[_ConsoleGate] = field(default_factory=list, init=False)
+    #: The hangup signal not yet recorded as ``console_lost`` (set from a signal handler).
+    _hangup: int | None = field(default=None, init=False)
 
     # -- control ---------------------------------------------------------------------------
 
@@ -220,6 +250,36 @@ class Supervisor:
             self._stop_signal = signum
         self._stop_requests += 1
         self._wake.set()
+
+    def console_lost(self, signum: int = signal.SIGHUP) -> None:
+        """The terminal is gone (SIGHUP): keep supervising, stop writing to the console.
+
+        Safe from a signal handler: it only flips flags; the loop writes ``console_lost`` at
+        its next step (an event written from inside a handler could interleave a line)."""
+        for gate in self._gates:
+            gate.lost = True
+        self._hangup = signum
+        self._wake.set()
+
+    def _note_console_lost(self, events: EventLog) -> None:
+        signum, self._hangup = self._hangup, None
+        if signum is not None:
+            events.emit(
+                "console_lost", signal=signum,
+                reason="the terminal hung up: supervising on, console output dropped",
+            )  # fmt: skip
+
+    def _gate(self, stream: Any) -> Any:
+        if stream is None:
+            return None
+        gate = _ConsoleGate(stream)
+        gate.lost = self._hangup is not None
+        self._gates.append(gate)
+        return gate
+
+    def _say(self, text: str) -> None:
+        if self.console is not None:
+            self._gate(self.console).write(text)
 
     def _on_fatal(self, ev: Evidence) -> None:
         if self._fatal is None:
@@ -243,14 +303,13 @@ class Supervisor:
         except LockHeldError as exc:
             # Two supervisors of one job would start two trainers on the same GPUs and
             # checkpoint dir: refuse, and touch nothing (the other one owns the log).
-            if self.console is not None:
-                self.console.write(f"dsguard: {exc}\n")
+            self._say(f"dsguard: {exc}\n")
             return EXIT_USAGE
         with lock:
             run_id = new_run_id(self.now())
             events = EventLog(
-                self._logs.events, run_id=run_id, console=self.console, now=self.now,
-                job=job.name,
+                self._logs.events, run_id=run_id, console=cast(TextIO, self._gate(self.console)),
+                now=self.now, job=job.name,
             )  # fmt: skip
             try:
                 return self._drive(self._begin(events, run_id))
@@ -300,6 +359,7 @@ class Supervisor:
             RunState.BACKOFF: self._on_backoff,
         }
         while True:
+            self._note_console_lost(run.events)
             nxt = phases[run.sm.state](run)
             if nxt.state in TERMINAL:
                 return self._finish(run, nxt)
@@ -376,7 +436,8 @@ class Supervisor:
         try:
             handle = cur.handle = self.host.spawn(
                 cmd, run_id=run.run_id, attempt=n, log_path=log_path,
-                classifier=cur.classifier, on_fatal=self._on_fatal, echo=self.echo,
+                classifier=cur.classifier, on_fatal=self._on_fatal,
+                echo=cast(BinaryIO | None, self._gate(self.echo)),
             )  # fmt: skip
         except OSError as exc:
             run.events.emit("attempt_not_started", argv=cmd.argv, error=str(exc))
@@ -447,9 +508,8 @@ class Supervisor:
         assert self.job.deepspeed is not None
         where = self.job.deepspeed.config_path
         run.events.emit("preflight_refused", problems=[p.as_dict() for p in problems])
-        if self.console is not None:
-            for p in problems:
-                self.console.write(f"{where}: {p}\n")
+        for p in problems:
+            self._say(f"{where}: {p}\n")
         reason = "the DeepSpeed config is refused: " + "; ".join(str(p) for p in problems)
         first = not run.ledger.history
         return _Next(RunState.GAVE_UP, reason, exit_code=EXIT_USAGE if first else EXIT_GAVE_UP)
@@ -537,6 +597,7 @@ class Supervisor:
                 return "stop"
             if handle.poll() is not None:
                 return "exit"
+            self._note_console_lost(events)
             self.notifier.watchdog_if_due()
             now = self.host.monotonic()
             if now - last_check >= _PROGRESS_CHECK_S:
