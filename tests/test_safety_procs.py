@@ -134,7 +134,7 @@ def test_a_child_without_the_marker_is_ours_only_through_the_recorded_launcher(
     session, started after the attempt, its parent chain reaches the recorded launcher with
     the launcher's own start time. It is ended with the attempt."""
     cmd = Command(
-        argv=["sh", "-c", "env -i sleep 60 & echo up; wait"], cwd=str(tmp_path),
+        argv=["sh", "-c", "env -i sleep 60 & echo up; wait"], cwd=tmp_path,
         env=dict(os.environ, **{RUN_ID_ENV: "r1", ATTEMPT_ENV: "1"}),
     )  # fmt: skip
     child = spawn(cmd, run_id="r1", attempt=1)

@@ -64,7 +64,7 @@ from dsguard.run.events import EventLog
 from dsguard.run.heartbeat import capabilities
 from dsguard.run.host import GPU_RELEASE_TIMEOUT_S, Attempt, Host, RealHost
 from dsguard.run.launch import Command, build_command
-from dsguard.run.lock import acquire
+from dsguard.run.lock import JobLock, acquire
 from dsguard.run.logdir import LogDir
 from dsguard.run.observe import EndedBy, Observation, judge, verdict
 from dsguard.run.proc import AttemptRef, EndReport
@@ -237,6 +237,9 @@ class Supervisor:
     _stop_requests: int = field(default=0, init=False)
     _fatal: Evidence | None = field(default=None, init=False)
     _gates: list[_ConsoleGate] = field(default_factory=list, init=False)
+    _lock: JobLock | None = field(default=None, init=False)
+    #: Every event log opened by this run (one more each time the log dir is recreated).
+    _logs_opened: list[EventLog] = field(default_factory=list, init=False)
     #: The hangup signal not yet recorded as ``console_lost`` (set from a signal handler).
     _hangup: int | None = field(default=None, init=False)
 
@@ -306,15 +309,40 @@ class Supervisor:
             self._say(f"dsguard: {exc}\n")
             return EXIT_USAGE
         with lock:
+            self._lock = lock
             run_id = new_run_id(self.now())
-            events = EventLog(
-                self._logs.events, run_id=run_id, console=cast(TextIO, self._gate(self.console)),
-                now=self.now, job=job.name,
-            )  # fmt: skip
             try:
-                return self._drive(self._begin(events, run_id))
+                return self._drive(self._begin(self._open_events(run_id), run_id))
             finally:
-                events.close()
+                for log in self._logs_opened:
+                    log.close()
+
+    def _open_events(self, run_id: str) -> EventLog:
+        events = EventLog(
+            self._logs.events, run_id=run_id, console=cast(TextIO, self._gate(self.console)),
+            now=self.now, job=self.job.name,
+        )  # fmt: skip
+        self._logs_opened.append(events)
+        return events
+
+    def _check_log_dir(self, run: _Run) -> None:
+        """Put the log dir back if it was deleted under us, and say so in it.
+
+        The job lock does not live there (``run/lock``), so a second supervisor still cannot
+        start; but the event log's descriptor now writes into a deleted file, so it is
+        reopened on the recreated path. state.json is rewritten at the next transition."""
+        lock = self._lock
+        recreated = lock is not None and lock.ensure_log_dir()
+        if not recreated and run.events.path.exists():
+            return
+        events = self._open_events(run.run_id)
+        events.bind(attempt=None if run.current is None else run.current.number)
+        run.events = run.sm.events = events
+        events.emit(
+            "log_dir_recreated", path=self.job.log_dir,
+            reason="the log dir or its event log was deleted while dsguard ran",
+        )  # fmt: skip
+        run.sm.update()
 
     def _begin(self, events: EventLog, run_id: str) -> _Run:
         """Recover or start the ledger, open state.json, log ``run_started``."""
@@ -359,6 +387,7 @@ class Supervisor:
             RunState.BACKOFF: self._on_backoff,
         }
         while True:
+            self._check_log_dir(run)
             self._note_console_lost(run.events)
             nxt = phases[run.sm.state](run)
             if nxt.state in TERMINAL:
@@ -570,7 +599,7 @@ class Supervisor:
             self.notifier.ready()
             run.first_spawn = False
         self._status(run.ledger, "running")
-        cur.ended_by = self._supervise(run.events, cur, cur.handle)
+        cur.ended_by = self._supervise(run, cur, cur.handle)
         if cur.ended_by == "exit":
             return self._conclude(run)
         # RUNNING -> ENDING: dsguard itself ends the attempt.
@@ -583,7 +612,7 @@ class Supervisor:
             reason = f"stop requested by signal {self._stop_signal}"
         return _Next(RunState.ENDING, reason)
 
-    def _supervise(self, events: EventLog, cur: _Current, handle: Attempt) -> EndedBy:
+    def _supervise(self, run: _Run, cur: _Current, handle: Attempt) -> EndedBy:
         """Wait until the attempt exits, prints a fatal line, hangs, or dsguard must stop."""
         last_check = last_rss = self.host.monotonic()
         while True:
@@ -597,12 +626,13 @@ class Supervisor:
                 return "stop"
             if handle.poll() is not None:
                 return "exit"
-            self._note_console_lost(events)
+            self._note_console_lost(run.events)
             self.notifier.watchdog_if_due()
             now = self.host.monotonic()
             if now - last_check >= _PROGRESS_CHECK_S:
                 last_check = now
-                if self._is_hung(events, cur, handle):
+                self._check_log_dir(run)
+                if self._is_hung(run.events, cur, handle):
                     return "hang"
             if now - last_rss >= _RSS_SAMPLE_S:
                 last_rss = now
