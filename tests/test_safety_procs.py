@@ -142,7 +142,13 @@ def test_a_child_without_the_marker_is_ours_only_through_the_recorded_launcher(
         assert child.popen.stdout is not None
         assert child.popen.stdout.readline().strip() == b"up"
         launcher = psutil.Process(child.pid)
-        _wait_for(lambda: len(launcher.children()) == 1)
+
+        def exec_done() -> bool:
+            # The child is a fork of sh, then env, then sleep: only sleep has no marker.
+            kids = launcher.children()
+            return len(kids) == 1 and kids[0].name() == "sleep"
+
+        _wait_for(exec_done)
         (scrubbed,) = launcher.children()
         assert RUN_ID_ENV not in scrubbed.environ()
         assert {p.pid for p in attempt_processes(child.ref)} == {child.pid, scrubbed.pid}
