@@ -17,6 +17,15 @@ import yaml
 FAKE_TRAINER = Path(__file__).parent / "fake_trainer.py"
 
 
+@pytest.fixture(autouse=True)
+def _private_lock_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Stable per-job locks go to this test session's own dir, never the machine's
+    ``/run/dsguard/locks`` (children inherit the variable)."""
+    monkeypatch.setenv("DSGUARD_LOCK_DIR", str(tmp_path_factory.getbasetemp() / "locks"))
+
+
 @dataclass
 class RunResult:
     proc: subprocess.CompletedProcess[str]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import psutil
 import pytest
 
 from dsguard.errors import LockHeldError
-from dsguard.run.lock import JobLockHeld, acquire, read_holder
+from dsguard.run.lock import JobLockHeld, acquire, job_lock_path, read_holder, read_job_holder
 from dsguard.run.logdir import LOCK_FILENAME
 
 #: A second dsguard: takes the lock, optionally starts a grandchild that inherits everything it
@@ -130,3 +131,27 @@ def test_unreadable_record_still_refuses(tmp_path: Path) -> None:
         assert info.value.holder is None
     finally:
         lock.release()
+
+
+def test_lock_survives_the_log_dir_being_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guarantee lives on a stable per-job path: with the log dir (and its lock file)
+    deleted, a second acquire is still refused, the holder is still found, and the holder
+    puts the log dir back."""
+    monkeypatch.setenv("DSGUARD_LOCK_DIR", str(tmp_path / "locks"))
+    log_dir = tmp_path / "runs"
+    lock = acquire(log_dir, "j")
+    try:
+        shutil.rmtree(log_dir)
+        with pytest.raises(JobLockHeld, match=f"pid {os.getpid()}"):
+            acquire(log_dir, "j")
+        holder, _ = read_job_holder(log_dir)
+        assert holder is not None and holder.pid == os.getpid()
+        assert lock.ensure_log_dir() and (log_dir / LOCK_FILENAME).exists()
+        assert not lock.ensure_log_dir()
+    finally:
+        lock.release()
+    assert not job_lock_path(log_dir).exists()  # unlinked on release, while still held
+    with acquire(log_dir, "j") as again:
+        assert again.held

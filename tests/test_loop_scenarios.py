@@ -290,6 +290,25 @@ def check_quarantine(o: Outcome) -> None:
     assert [p.name for p in o.host.quarantined] == ["checkpoint-4"]
 
 
+def check_stop_during_quarantine(o: Outcome) -> None:
+    """A stop request arriving while thousands of bad checkpoints are set aside is honoured
+    between two moves: no attempt is launched after it, and the rest stay where they are."""
+    assert o.code == 128 + signal.SIGTERM and o.state.state == "stopped"
+    assert not o.named("attempt_started") and not o.host.attempts
+    moved = len(o.host.quarantined)
+    assert 0 < moved < 3000 and len(o.named("checkpoint_quarantined")) == moved
+    done = o.terminal()
+    assert done["signal"] == signal.SIGTERM and done["attempts"] == 0
+
+
+def check_stop_during_gpu_release_wait(o: Outcome) -> None:
+    """A stop arriving while the next attempt waits for the last one's GPU memory: the run
+    stops there, the relaunch never happens."""
+    assert o.code == 128 + signal.SIGTERM and o.state.state == "stopped"
+    assert len(o.named("attempt_started")) == 1 and len(o.host.attempts) == 1
+    assert o.terminal()["attempts"] == 1
+
+
 SCENARIOS = [
     Scenario("oom_ladder_walk_keeps_global_batch",
              [oom_attempt(), oom_attempt(), ok_attempt()], check_oom_ladder),
@@ -341,6 +360,12 @@ SCENARIOS = [
              job={"ladder": {"oom": ["lora"]}, "flags": {"lora": "--use_lora"}}),
     Scenario("quarantined_newest_checkpoint", [ok_attempt()], check_quarantine,
              host={"checkpoints": {2: True, 4: False}}),
+    Scenario("stop_during_checkpoint_quarantine", [ok_attempt()], check_stop_during_quarantine,
+             host={"checkpoints": dict.fromkeys(range(1, 3001), False), "quarantine_s": 0.01},
+             stop_at=(5.0, signal.SIGTERM)),
+    Scenario("stop_during_gpu_release_wait",
+             [Script(exit_code=1, exit_at_s=2.0), ok_attempt()],
+             check_stop_during_gpu_release_wait, stop_at=(2.2, signal.SIGTERM)),
 ]  # fmt: skip
 
 
@@ -383,3 +408,31 @@ def test_scenario(tmp_path: Path, sc: Scenario) -> None:
 
 def test_there_are_enough_scenarios() -> None:
     assert len(SCENARIOS) >= 15
+
+
+@pytest.mark.parametrize("previous", ["succeeded", "discarded"])
+def test_a_new_run_in_a_used_log_dir_never_reuses_an_attempt_number(
+    tmp_path: Path, previous: str
+) -> None:
+    """A re-run of a finished job, or a run whose state.json was discarded, starts after the
+    highest attempt number the log dir holds: its output never lands in an older run's
+    ``attempt-N.log``, and ``run_started`` says which number comes first."""
+    write_job(tmp_path, [])
+    job = load_job(tmp_path / "job.yaml")
+    assert job.checkpoints is not None
+    host = FakeHost([ok_attempt()], ckpt_dir=job.checkpoints.dir)
+    assert Supervisor(job, host=host, base_env={}, notifier=Notifier({})).run() == 0
+    log1 = (job.log_dir / "attempt-1.log").read_bytes()
+    if previous == "discarded":
+        (job.log_dir / "state.json").write_text("{ torn")
+    host = FakeHost([ok_attempt()], ckpt_dir=job.checkpoints.dir)
+    assert Supervisor(job, host=host, base_env={}, notifier=Notifier({})).run() == 0
+    assert (job.log_dir / "attempt-1.log").read_bytes() == log1
+    events = [json.loads(x) for x in (job.log_dir / "events.jsonl").read_text().splitlines()]
+    second = [e for e in events if e["event"] == "run_started"][1]
+    assert second["first_attempt"] == 2
+    started = [e for e in events if e["run_id"] == second["run_id"]]
+    assert [e["attempt"] for e in started if e["event"] == "attempt_started"] == [2]
+    done = [e for e in started if e["event"] == "run_succeeded"]
+    assert done[0]["attempts"] == 1
+    assert (job.log_dir / "attempt-2.log").read_bytes() == b"step 1\ndone\n"

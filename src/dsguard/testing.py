@@ -223,6 +223,8 @@ class FakeHost:
         checkpoints: checkpoints present at the start: step -> complete.
         memory_limit: the memory limit attempts run under.
         leftovers: attempt number -> pids still alive from a dead dsguard's attempt.
+        quarantine_s: how long setting one checkpoint aside takes (a big dir on a slow disk);
+            scripted stop requests can arrive in between.
     """
 
     scripts: Sequence[Script]
@@ -230,6 +232,7 @@ class FakeHost:
     checkpoints: Mapping[int, bool] = field(default_factory=dict)
     memory_limit: int | None = None
     leftovers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    quarantine_s: float = 0.0
 
     t: float = field(default=0.0, init=False)
     oom_kills: int = field(default=0, init=False)
@@ -417,6 +420,8 @@ class FakeHost:
     def quarantine(self, path: Path, ckpt_dir: Path) -> Path:
         self._ckpts.pop(path, None)
         self.quarantined.append(path)
+        if self.quarantine_s > 0:
+            self._advance(self.t + self.quarantine_s)
         return ckpt_dir / ".dsguard-quarantine" / path.name
 
     def patch_checkpoint(self, path: Path, micro_batch_size: int) -> StatePatch | None:

@@ -57,14 +57,21 @@ def _log_dir_unusable(log_dir: Path) -> str | None:
 
 
 def _is_setup_error(exc: OSError, log_dir: Path) -> bool:
-    """Whether ``exc`` came from creating ``log_dir`` (or a parent) or its lock file: the
-    supervisor's first two steps, before anything is launched."""
+    """Whether ``exc`` came from creating ``log_dir`` (or a parent) or one of its lock files
+    (the one in the log dir, or the stable per-job lock and its directory): the supervisor's
+    first two steps, before anything is launched."""
+    from dsguard.run.lock import job_lock_path
     from dsguard.run.logdir import LogDir
 
     if exc.filename is None:
         return False
     where = Path(os.fsdecode(exc.filename))
-    return where == LogDir(log_dir).lock or where == log_dir or where in log_dir.parents
+    stable = job_lock_path(log_dir)
+    return (
+        where in (LogDir(log_dir).lock, log_dir, stable)
+        or where in log_dir.parents
+        or where in stable.parents
+    )
 
 
 def _print_problems(err: JobFileError) -> int:
@@ -115,8 +122,14 @@ def cmd_run(ns: argparse.Namespace) -> int:
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         sup.request_stop(signum)
 
+    def on_hangup(signum: int, _frame: FrameType | None) -> None:
+        # An SSH disconnect or a closed terminal must not end a night's training, nor leave
+        # state.json `running` with orphaned ranks: keep supervising, silently.
+        sup.console_lost(signum)
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     try:
         return sup.run()
     except OSError as exc:

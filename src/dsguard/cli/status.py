@@ -32,7 +32,7 @@ from dsguard.host.gpu import snapshot as gpu_snapshot
 from dsguard.protocol import HEARTBEAT_SUBDIR
 from dsguard.run.events import format_knobs
 from dsguard.run.heartbeat import read_heartbeats
-from dsguard.run.lock import read_holder
+from dsguard.run.lock import read_job_holder
 from dsguard.run.logdir import LOCK_FILENAME, STATE_FILENAME
 from dsguard.run.state import TERMINAL, State, read_state
 
@@ -207,12 +207,15 @@ def collect(
     )
 
     # The supervisor: state.json's pid (with its start time), else the lock file's record.
-    holder = read_holder(log_dir / LOCK_FILENAME)
+    # The log dir's lock record, else (the log dir was deleted under a running dsguard) the
+    # stable per-job lock's: the holder is found either way.
+    holder, holder_path = read_job_holder(log_dir)
     sup_pid: int | None = None if state is None else state.pid
     sup_ct: float | None = None if state is None else state.pid_create_time
     source = "state.json"
     if sup_pid is None and holder is not None:
-        sup_pid, sup_ct, source = holder.pid, holder.create_time, LOCK_FILENAME
+        sup_pid, sup_ct = holder.pid, holder.create_time
+        source = LOCK_FILENAME if holder_path.name == LOCK_FILENAME else str(holder_path)
     alive = pid_alive(sup_pid, create_time=sup_ct)
     d["supervisor"] = {
         "pid": sup_pid,

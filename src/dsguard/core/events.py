@@ -80,6 +80,9 @@ class RunStarted(Event):
     recovered: bool
     dsguard_version: str
     pid: int
+    #: The number the run's first attempt gets: after every number the log dir already
+    #: holds, so a new run never appends to an older run's attempt log.
+    first_attempt: int | None = None
 
 
 class RunRecovered(Event):
@@ -508,6 +511,33 @@ def main(argv: list[str]) -> int:
         return 2
     sys.stdout.write(markdown_table())
     return 0
+
+
+# -- issue 13: processes, the lock, signals ------------------------------------------------
+# Appended here (not in the table above) so parallel additions merge as separate blocks.
+
+
+class ConsoleLost(Event):
+    """dsguard's terminal went away (SIGHUP: an SSH disconnect, a closed window): it keeps
+    supervising and stops writing to the console, whose writes could fail or block; the
+    event log and attempt logs are unaffected."""
+
+    signal: int
+    reason: str
+
+
+class LogDirRecreated(Event):
+    """The job's log dir (or its event log) was deleted while dsguard ran: it was created
+    again and the event log reopened. The job lock does not live there, so no second
+    supervisor could start meanwhile; output of the running attempt written in between is
+    lost with the deleted files."""
+
+    path: str
+    reason: str
+
+
+EVENTS.update({"console_lost": ConsoleLost, "log_dir_recreated": LogDirRecreated})
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 
 if __name__ == "__main__":

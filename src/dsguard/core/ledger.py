@@ -50,6 +50,15 @@ class Ledger:
     attempt: int = 0
     #: Environment remedies applied so far (build errors, loss-scale collapse), in order.
     remedies: tuple[Remedy, ...] = ()
+    #: Attempt numbers up to this one were taken by earlier runs in the same log dir (a
+    #: finished job run again, a discarded state.json): this ladder's attempts number after
+    #: them, so a new run never appends to an older run's ``attempt-N.log``.
+    numbered_after: int = 0
+
+    @property
+    def attempts_made(self) -> int:
+        """Attempts numbered by this ladder (recovered runs included), not by earlier runs."""
+        return self.attempt - self.numbered_after
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +72,7 @@ class Ledger:
             "caps": sorted(self.caps),
             "attempt": self.attempt,
             "remedies": [r.as_dict() for r in self.remedies],
+            "numbered_after": self.numbered_after,
         }
 
     @classmethod
@@ -78,12 +88,26 @@ class Ledger:
             caps=frozenset(str(c) for c in d.get("caps") or ()),
             attempt=int(d.get("attempt", 0)),
             remedies=tuple(Remedy.from_dict(r) for r in d.get("remedies") or []),
+            numbered_after=int(d.get("numbered_after", 0)),
         )
 
 
 def next_attempt(ledger: Ledger) -> Ledger:
     """Number the next attempt (numbers are never reused, even across a dsguard restart)."""
     return dataclasses.replace(ledger, attempt=ledger.attempt + 1)
+
+
+def number_after(ledger: Ledger, highest_used: int) -> Ledger:
+    """Make the next attempt number exceed ``highest_used``, the highest one found in the log
+    dir: names there (attempt logs, rendered configs, heartbeats, stop requests) are never
+    reused by a later run. A recovered ladder keeps counting its own attempts; the numbers
+    skipped (an attempt whose log exists but whose start state.json never recorded) count as
+    used by it, a fresh ladder's skipped numbers as earlier runs'."""
+    if highest_used <= ledger.attempt:
+        return ledger
+    fresh = ledger.attempt == ledger.numbered_after
+    skipped = highest_used if fresh else ledger.numbered_after
+    return dataclasses.replace(ledger, attempt=highest_used, numbered_after=skipped)
 
 
 def record_caps(ledger: Ledger, caps: frozenset[str] | None) -> Ledger:

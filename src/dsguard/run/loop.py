@@ -21,6 +21,7 @@ attempt it left behind and continues at the recorded rung.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import threading
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO, cast
 
 from dsguard import __version__
 from dsguard.core.classify import Evidence, Failure, FailureKind, StreamClassifier, decode_exit
@@ -45,6 +46,7 @@ from dsguard.core.ledger import (
     Ledger,
     apply_relaunch,
     next_attempt,
+    number_after,
     record_attempt,
     record_caps,
 )
@@ -62,7 +64,7 @@ from dsguard.run.events import EventLog
 from dsguard.run.heartbeat import capabilities
 from dsguard.run.host import GPU_RELEASE_TIMEOUT_S, Attempt, Host, RealHost
 from dsguard.run.launch import Command, build_command
-from dsguard.run.lock import acquire
+from dsguard.run.lock import JobLock, acquire
 from dsguard.run.logdir import LogDir
 from dsguard.run.observe import EndedBy, Observation, judge, verdict
 from dsguard.run.proc import AttemptRef, EndReport
@@ -81,6 +83,30 @@ _RSS_SAMPLE_S = 2.0
 _RSS_SAMPLES_KEPT = 5
 
 
+#: Every name the log dir gives an attempt: ``attempt-N.log``, ``attempt-N.deepspeed.json``,
+#: ``heartbeat/attempt-N-rank-R.json``, ``control/stop-attempt-N.json``.
+_ATTEMPT_NAME = re.compile(r"(?:^|-)attempt-(\d+)(?=[.-])")
+
+
+def highest_attempt_used(logs: LogDir) -> int:
+    """The highest attempt number any file in the log dir is named after (0: none).
+
+    state.json alone cannot say it: a discarded or finished state restarts the ladder, and a
+    dsguard killed between spawning an attempt and recording it leaves a log state.json does
+    not know. Reusing such a number would append a new run's output to an old run's log."""
+    highest = 0
+    for folder in (logs.root, logs.heartbeat_dir, logs.control_dir):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            m = _ATTEMPT_NAME.search(name)
+            if m is not None:
+                highest = max(highest, int(m.group(1)))
+    return highest
+
+
 def new_run_id(now: datetime) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
@@ -97,6 +123,33 @@ def _tail_lines(path: Path, n: int) -> list[str]:
         return []
     text = data.decode("utf-8", errors="replace").replace("\r", "\n")
     return text.splitlines()[-n:]
+
+
+class _ConsoleGate:
+    """dsguard's console (text lines or the child's raw echo) that a lost terminal silences.
+
+    After SIGHUP the terminal is gone: a write may raise EIO or EPIPE, and a full pty that
+    nobody reads would block dsguard in ``write()``. Once ``lost`` (a hangup, or the first
+    failed write) every write is dropped; no write here ever raises into the loop."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def write(self, data: Any) -> int:
+        if not self.lost:
+            try:
+                self._stream.write(data)
+            except (OSError, ValueError):
+                self.lost = True
+        return len(data)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.lost = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +236,12 @@ class Supervisor:
     _stop_signal: int | None = field(default=None, init=False)
     _stop_requests: int = field(default=0, init=False)
     _fatal: Evidence | None = field(default=None, init=False)
+    _gates: list[_ConsoleGate] = field(default_factory=list, init=False)
+    _lock: JobLock | None = field(default=None, init=False)
+    #: Every event log opened by this run (one more each time the log dir is recreated).
+    _logs_opened: list[EventLog] = field(default_factory=list, init=False)
+    #: The hangup signal not yet recorded as ``console_lost`` (set from a signal handler).
+    _hangup: int | None = field(default=None, init=False)
 
     # -- control ---------------------------------------------------------------------------
 
@@ -194,6 +253,36 @@ class Supervisor:
             self._stop_signal = signum
         self._stop_requests += 1
         self._wake.set()
+
+    def console_lost(self, signum: int = signal.SIGHUP) -> None:
+        """The terminal is gone (SIGHUP): keep supervising, stop writing to the console.
+
+        Safe from a signal handler: it only flips flags; the loop writes ``console_lost`` at
+        its next step (an event written from inside a handler could interleave a line)."""
+        for gate in self._gates:
+            gate.lost = True
+        self._hangup = signum
+        self._wake.set()
+
+    def _note_console_lost(self, events: EventLog) -> None:
+        signum, self._hangup = self._hangup, None
+        if signum is not None:
+            events.emit(
+                "console_lost", signal=signum,
+                reason="the terminal hung up: supervising on, console output dropped",
+            )  # fmt: skip
+
+    def _gate(self, stream: Any) -> Any:
+        if stream is None:
+            return None
+        gate = _ConsoleGate(stream)
+        gate.lost = self._hangup is not None
+        self._gates.append(gate)
+        return gate
+
+    def _say(self, text: str) -> None:
+        if self.console is not None:
+            self._gate(self.console).write(text)
 
     def _on_fatal(self, ev: Evidence) -> None:
         if self._fatal is None:
@@ -217,19 +306,43 @@ class Supervisor:
         except LockHeldError as exc:
             # Two supervisors of one job would start two trainers on the same GPUs and
             # checkpoint dir: refuse, and touch nothing (the other one owns the log).
-            if self.console is not None:
-                self.console.write(f"dsguard: {exc}\n")
+            self._say(f"dsguard: {exc}\n")
             return EXIT_USAGE
         with lock:
+            self._lock = lock
             run_id = new_run_id(self.now())
-            events = EventLog(
-                self._logs.events, run_id=run_id, console=self.console, now=self.now,
-                job=job.name,
-            )  # fmt: skip
             try:
-                return self._drive(self._begin(events, run_id))
+                return self._drive(self._begin(self._open_events(run_id), run_id))
             finally:
-                events.close()
+                for log in self._logs_opened:
+                    log.close()
+
+    def _open_events(self, run_id: str) -> EventLog:
+        events = EventLog(
+            self._logs.events, run_id=run_id, console=cast(TextIO, self._gate(self.console)),
+            now=self.now, job=self.job.name,
+        )  # fmt: skip
+        self._logs_opened.append(events)
+        return events
+
+    def _check_log_dir(self, run: _Run) -> None:
+        """Put the log dir back if it was deleted under us, and say so in it.
+
+        The job lock does not live there (``run/lock``), so a second supervisor still cannot
+        start; but the event log's descriptor now writes into a deleted file, so it is
+        reopened on the recreated path. state.json is rewritten at the next transition."""
+        lock = self._lock
+        recreated = lock is not None and lock.ensure_log_dir()
+        if not recreated and run.events.path.exists():
+            return
+        events = self._open_events(run.run_id)
+        events.bind(attempt=None if run.current is None else run.current.number)
+        run.events = run.sm.events = events
+        events.emit(
+            "log_dir_recreated", path=self.job.log_dir,
+            reason="the log dir or its event log was deleted while dsguard ran",
+        )  # fmt: skip
+        run.sm.update()
 
     def _begin(self, events: EventLog, run_id: str) -> _Run:
         """Recover or start the ledger, open state.json, log ``run_started``."""
@@ -238,6 +351,7 @@ class Supervisor:
         ckpt_root = job.checkpoints.dir if job.checkpoints is not None else None
         recovered = self._recover(events)
         ledger = recovered or Ledger(knobs=job.knobs, ckpt_dir=ckpt_root)
+        ledger = number_after(ledger, highest_attempt_used(self._logs))
         pid, created = self.host.identity()
         sm = StateMachine(
             self._logs.state,
@@ -255,7 +369,7 @@ class Supervisor:
             "run_started", job_file=job.source, launcher=job.launcher, world_size=world,
             knobs=ledger.knobs.as_dict(), global_batch=ledger.knobs.global_batch(world),
             log_dir=job.log_dir, checkpoint_dir=ledger.ckpt_dir, recovered=recovered is not None,
-            dsguard_version=__version__, pid=pid,
+            dsguard_version=__version__, pid=pid, first_attempt=ledger.attempt + 1,
         )  # fmt: skip
         return _Run(
             run_id=run_id, events=events, sm=sm, ledger=ledger, cfg=PolicyConfig.from_job(job),
@@ -273,6 +387,8 @@ class Supervisor:
             RunState.BACKOFF: self._on_backoff,
         }
         while True:
+            self._check_log_dir(run)
+            self._note_console_lost(run.events)
             nxt = phases[run.sm.state](run)
             if nxt.state in TERMINAL:
                 return self._finish(run, nxt)
@@ -287,7 +403,13 @@ class Supervisor:
         """Wait for the last attempt's GPU memory and the backoff delay, then relaunch."""
         cur = run.current
         self._status(run.ledger, f"relaunching after {run.last_kind}")
+        if self._stop_signal is not None:
+            return self._stopped()
         released = self._await_gpu_release(run.events, list(run.ended_pids))
+        if self._stop_signal is not None:
+            # The wait is bounded but long (up to a minute): a stop that arrived during it
+            # must not be followed by a launch.
+            return self._stopped()
         if released.status == "held":
             # A leftover allocation is a hard "do not relaunch": the next attempt would OOM
             # for the wrong reason and the ladder would shrink a config that fits.
@@ -318,10 +440,17 @@ class Supervisor:
         run.events.bind(attempt=n)
         self._fatal = None
         self._wake.clear()
+        # Stop requests are honoured between any two steps of a start: picking a checkpoint
+        # can take minutes (thousands of bad ones set aside), and a launch after a stop
+        # request would start a trainer the user just asked to end.
         self._resume_point(run, cur)
+        if self._stop_signal is not None:
+            return self._stopped()
         ds_path, problems = self._render_config(run, cur)
         if problems:
             return self._preflight_refused(run, problems)
+        if self._stop_signal is not None:
+            return self._stopped()
         cmd = cur.cmd = build_command(
             job, knobs, run_id=run.run_id, attempt=n, base_env=run.base_env,
             ds_config=ds_path, resume_from=cur.resume, output_dir=ledger.phase_output,
@@ -331,10 +460,13 @@ class Supervisor:
         log_path = cur.log_path = self._logs.attempt_log(n)
         cur.oom_before = self.host.oom_kill_count()
         cur.t0 = self.host.monotonic()
+        if self._stop_signal is not None:
+            return self._stopped()
         try:
             handle = cur.handle = self.host.spawn(
                 cmd, run_id=run.run_id, attempt=n, log_path=log_path,
-                classifier=cur.classifier, on_fatal=self._on_fatal, echo=self.echo,
+                classifier=cur.classifier, on_fatal=self._on_fatal,
+                echo=cast(BinaryIO | None, self._gate(self.echo)),
             )  # fmt: skip
         except OSError as exc:
             run.events.emit("attempt_not_started", argv=cmd.argv, error=str(exc))
@@ -405,9 +537,8 @@ class Supervisor:
         assert self.job.deepspeed is not None
         where = self.job.deepspeed.config_path
         run.events.emit("preflight_refused", problems=[p.as_dict() for p in problems])
-        if self.console is not None:
-            for p in problems:
-                self.console.write(f"{where}: {p}\n")
+        for p in problems:
+            self._say(f"{where}: {p}\n")
         reason = "the DeepSpeed config is refused: " + "; ".join(str(p) for p in problems)
         first = not run.ledger.history
         return _Next(RunState.GAVE_UP, reason, exit_code=EXIT_USAGE if first else EXIT_GAVE_UP)
@@ -431,6 +562,9 @@ class Supervisor:
             return None
         sel = self.host.select_checkpoint(ckpt_dir, self.job.world_size)
         for bad in sel.rejected:
+            if self._stop_signal is not None:
+                # Between two moves: the rest stay where they are (set aside next run).
+                return None
             dest = self.host.quarantine(bad.path, ckpt_dir)
             events.emit(
                 "checkpoint_quarantined", path=bad.path, moved_to=dest, step=bad.step,
@@ -465,7 +599,7 @@ class Supervisor:
             self.notifier.ready()
             run.first_spawn = False
         self._status(run.ledger, "running")
-        cur.ended_by = self._supervise(run.events, cur, cur.handle)
+        cur.ended_by = self._supervise(run, cur, cur.handle)
         if cur.ended_by == "exit":
             return self._conclude(run)
         # RUNNING -> ENDING: dsguard itself ends the attempt.
@@ -478,7 +612,7 @@ class Supervisor:
             reason = f"stop requested by signal {self._stop_signal}"
         return _Next(RunState.ENDING, reason)
 
-    def _supervise(self, events: EventLog, cur: _Current, handle: Attempt) -> EndedBy:
+    def _supervise(self, run: _Run, cur: _Current, handle: Attempt) -> EndedBy:
         """Wait until the attempt exits, prints a fatal line, hangs, or dsguard must stop."""
         last_check = last_rss = self.host.monotonic()
         while True:
@@ -492,11 +626,13 @@ class Supervisor:
                 return "stop"
             if handle.poll() is not None:
                 return "exit"
+            self._note_console_lost(run.events)
             self.notifier.watchdog_if_due()
             now = self.host.monotonic()
             if now - last_check >= _PROGRESS_CHECK_S:
                 last_check = now
-                if self._is_hung(events, cur, handle):
+                self._check_log_dir(run)
+                if self._is_hung(run.events, cur, handle):
                     return "hang"
             if now - last_rss >= _RSS_SAMPLE_S:
                 last_rss = now
@@ -835,7 +971,7 @@ class Supervisor:
         fields: dict[str, Any] = {
             "reason": nxt.reason,
             "kind": None if nxt.kind is None else nxt.kind.value,
-            "attempts": ledger.attempt - (1 if run.unstarted else 0),
+            "attempts": ledger.attempts_made - (1 if run.unstarted else 0),
             "knobs": ledger.knobs.as_dict(),
             "changes": job.knobs.diff(ledger.knobs),
             "global_batch": ledger.knobs.global_batch(world),
@@ -895,6 +1031,7 @@ class Supervisor:
             ref = AttemptRef(
                 run_id=current.run_id, attempt=current.attempt, sid=current.sid,
                 started_epoch_s=current.started_epoch_s,
+                launcher_create_time=current.launcher_create_time,
             )  # fmt: skip
             leftover = self.host.processes(ref)
             if leftover:

@@ -62,6 +62,9 @@ class CurrentAttempt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     attempt: int
     sid: int
     started_epoch_s: float
+    #: The launcher's start time: proves a marker-less process descends from this attempt's
+    #: launcher and not from a process that got its pid later. Absent in older files.
+    launcher_create_time: float | None = None
 
 
 class State(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
