@@ -795,6 +795,10 @@ def status_mistyped_state(c: Ctx) -> None:
     c.check.files(before, state)
 
 
+def _default_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def sighup(c: Ctx) -> None:
     """(9) SIGHUP with the console gone (an SSH disconnect): dsguard's stdout and stderr are a
     pseudo-terminal whose other end is closed, then SIGHUP arrives.
@@ -808,7 +812,11 @@ def sighup(c: Ctx) -> None:
     write_job(work, ["--scenario", "ok", "--max_steps", "40", "--step_s", "0.05"])
     master, slave = os.openpty()
     try:
-        proc = start(work, "run", "job.yaml", stdout=slave, stderr=slave)
+        # SIGHUP's default action, as under a login shell, even when the harness itself runs
+        # under nohup (an ignored signal is inherited and would hide the defect).
+        proc = start(
+            work, "run", "job.yaml", stdout=slave, stderr=slave, preexec_fn=_default_sighup
+        )
     finally:
         os.close(slave)
     _first_step_trainer_pid(work)
@@ -816,6 +824,7 @@ def sighup(c: Ctx) -> None:
     time.sleep(c.rng.uniform(0.0, 0.5))
     proc.send_signal(signal.SIGHUP)
     res = finish(proc, 90)
+    c.check.note(f"exit {res.code} {res.seconds:.1f} s after SIGHUP")
     c.check.exit("dsguard run after SIGHUP", res, {0, 128 + signal.SIGHUP})
     state = json.loads(_read(_runs(work) / "state.json") or b"{}")
     c.check.expect(
@@ -862,7 +871,7 @@ def sigterm_during_quarantine(c: Ctx) -> None:
     c.check.files(before, work / "out")
 
 
-def _attempt_logs_never_mix(c: Ctx, between: Callable[[], None]) -> None:
+def _attempt_logs_never_mix(c: Ctx, between: Callable[[], object]) -> None:
     work = c.work
     write_job(work, ["--scenario", "ok"])
     first = cli(work, "run", "job.yaml", "--quiet")
