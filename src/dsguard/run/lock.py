@@ -41,6 +41,7 @@ from typing import Any
 import psutil
 
 from dsguard.errors import LockHeldError
+from dsguard.run import safefs
 from dsguard.run.logdir import LOCK_FILENAME
 
 
@@ -156,7 +157,7 @@ def acquire(log_dir: Path, job: str) -> JobLock:
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / LOCK_FILENAME
     # O_CLOEXEC is os.open's default; spelled out because a leaked fd is a stale lock.
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = safefs.open_file(path, os.O_RDWR | os.O_CREAT)  # no symlink; 0600; O_CLOEXEC
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
