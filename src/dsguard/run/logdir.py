@@ -18,11 +18,14 @@ be mistaken for the next attempt's.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from dsguard.protocol import CONTROL_SUBDIR, HEARTBEAT_SUBDIR, heartbeat_path, stop_request_path
-from dsguard.run.safefs import make_private_dir
+from dsguard.run.safefs import UnsafePathError, make_private_dir
 
 EVENTS_FILENAME = "events.jsonl"
 STATE_FILENAME = "state.json"
@@ -43,7 +46,18 @@ def ensure_log_dir(root: Path) -> LogDir:
         OSError: it cannot be created (a parent is a file, read-only filesystem, ...).
     """
     make_private_dir(root, narrow=True)
-    return LogDir(root)
+    logs = LogDir(root)
+    for path in (logs.events, logs.state, logs.lock):
+        # Refused here, before the lock and the launch, so every unsafe log dir is one
+        # clear error at start (the writers refuse them later too, one by one).
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                what = "a symlink" if os.path.islink(path) else "not a regular file"
+                raise UnsafePathError(path, f"is {what}: dsguard never writes through one")
+    # Made here, 0700, so the training side's mkdir(exist_ok=True) finds them private.
+    make_private_dir(logs.heartbeat_dir)
+    make_private_dir(logs.control_dir)
+    return logs
 
 
 @dataclass(frozen=True, slots=True)
