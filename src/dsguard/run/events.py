@@ -2,7 +2,10 @@
 
 Every line is written with a single ``os.write`` on an ``O_APPEND`` descriptor, so a reader (or
 a dsguard killed mid-run) never sees half a line interleaved with another, and nothing
-already written is ever rewritten.
+already written is ever rewritten. The file is opened without following a symlink and is
+0600 (:mod:`dsguard.run.safefs`); a torn last line left by a crash is closed off before the
+first new event; a full disk never raises: lines wait in memory (bounded) and are written
+in order once space is back.
 
 structlog is the pipeline: the context (``run_id``, ``job``, then ``attempt``) is bound per run
 and per attempt, and one processor chain (redact secrets, stamp, render) produces both the
