@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 from dsguard.core.classify import Evidence, StreamClassifier
 from dsguard.core.envfacts import EnvFacts
+from dsguard.core.events import LogWriteFailed
 from dsguard.host.gpu import Holder, ReleaseResult, ReleaseStatus
 from dsguard.protocol import Heartbeat
 from dsguard.run.checkpoints import CheckpointVerdict, Selection, checkpoint_step
@@ -114,6 +115,9 @@ class _FakeAttempt:
     output_bytes: int = 0
     last_output_at: float = 0.0
     closed: bool = False
+    #: The fake attempt log never fails (the real pump's full-disk path is tested for real).
+    log_dropped_bytes: int = 0
+    log_failure: LogWriteFailed | None = None
 
     @property
     def pid(self) -> int:

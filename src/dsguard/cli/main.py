@@ -137,6 +137,14 @@ def cmd_run(ns: argparse.Namespace) -> int:
         # failure there (no inode left, a quota, a directory removed since the check above)
         # is the environment's, not a bug, and must not become exit 70 (a systemd restart
         # loop). Any other OSError is left to main()'s internal-error path.
+        from dsguard.run.safefs import UnsafePathError
+
+        if isinstance(exc, UnsafePathError):
+            # A symlink or a stranger's file where dsguard writes (run/safefs.py): refused
+            # before anything is launched, and never written through.
+            print(f"dsguard run: {exc}", file=sys.stderr)
+            print("dsguard: nothing was launched", file=sys.stderr)
+            return EXIT_USAGE
         if not _is_setup_error(exc, job.log_dir):
             raise
         print(f"dsguard run: cannot create the log dir or take the job lock: {exc}",

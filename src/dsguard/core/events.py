@@ -301,6 +301,8 @@ class AttemptFinished(Event):
     gpu_mem_peak_bytes: int | None
     host_rss_peak_bytes: int | None
     capabilities: list[str]
+    #: Output dropped because the attempt log could not be written (a full disk); None: none.
+    log_dropped_bytes: int | None = None
 
 
 class BuildLockRemoved(Event):
@@ -417,6 +419,40 @@ class StateInvalid(Event):
     error: str
 
 
+# -- issue 13: what dsguard writes on disk ------------------------------------------------------
+
+
+class LogWriteFailed(Event):
+    """Writing the attempt's output log failed (disk full, I/O error, or a symlink refused at
+    its path); the output is still read and classified so the child never blocks, and what
+    could not be written is dropped and counted. Recorded once per attempt."""
+
+    path: str
+    errno: int
+    error: str
+    dropped_bytes: int
+
+
+class StateWriteFailed(Event):
+    """Writing ``state.json`` failed (disk full, log dir gone); supervising goes on and the
+    next transition writes the whole document again. Recorded once per failing streak."""
+
+    path: str
+    error: str
+    errno: int
+    failures: int
+
+
+class CheckpointQuarantineFailed(Event):
+    """An unresumable checkpoint could not be moved aside (read-only or busy filesystem); it
+    is skipped for this resume and left where it is, so nothing is lost."""
+
+    path: str
+    step: int | None
+    reasons: list[str]
+    error: str
+
+
 #: event name -> its record, in the order the README lists them.
 EVENTS: Final[dict[str, type[Event]]] = {
     "run_started": RunStarted,
@@ -449,6 +485,9 @@ EVENTS: Final[dict[str, type[Event]]] = {
     "run_stopped": RunStopped,
     "event_invalid": EventInvalid,
     "state_invalid": StateInvalid,
+    "log_write_failed": LogWriteFailed,
+    "state_write_failed": StateWriteFailed,
+    "checkpoint_quarantine_failed": CheckpointQuarantineFailed,
 }
 
 _NAMES: Final[dict[type[Event], str]] = {cls: name for name, cls in EVENTS.items()}

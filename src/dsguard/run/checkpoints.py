@@ -155,12 +155,23 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
     found: list[tuple[int, str, Path]] = []
     for entry in entries:
         step = checkpoint_step(Path(entry.name))
-        if step is None or not entry.is_dir():
+        # A symlink named checkpoint-N is listed whatever it points to (a tree outside, a
+        # loop, nothing): HF would follow it, so :func:`inspect_checkpoint` must reject it
+        # and :func:`quarantine` move the link itself aside. Not following it here also
+        # keeps a link loop (ELOOP) from crashing the listing.
+        if step is None or not _is_dir_or_link(entry):
             continue
         found.append((step, entry.name, Path(entry.path)))
     # Name as tie-break keeps the order deterministic for "checkpoint-010" vs "checkpoint-10".
     found.sort(key=lambda t: (t[0], t[1]), reverse=True)
     return [p for _, _, p in found]
+
+
+def _is_dir_or_link(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_symlink() or entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def inspect_checkpoint(path: Path, *, world_size: int | None = None) -> CheckpointVerdict:
@@ -179,6 +190,23 @@ def inspect_checkpoint(path: Path, *, world_size: int | None = None) -> Checkpoi
         raise ValueError(f"world_size must be >= 1, got {world_size}")
 
     f = _Findings(path)
+    try:
+        return _inspect(path, step, f, world_size)
+    except OSError as exc:
+        # Whatever the checks could not read (EACCES, ELOOP, EIO) makes the checkpoint
+        # unresumable, never dsguard crash: say so, and let the caller set it aside.
+        f.reasons.append(f"unreadable: {exc.strerror or exc}")
+        return _verdict(path, step, f, size_bytes=0, zero_stage_hint=None)
+
+
+def _inspect(path: Path, step: int, f: _Findings, world_size: int | None) -> CheckpointVerdict:
+    """:func:`inspect_checkpoint`'s checks; an OSError escaping them is a reason there."""
+    if os.path.islink(path):
+        f.reasons.append(
+            f"is a symlink (to {os.readlink(path)!r}): dsguard never resumes from, patches or "
+            "follows a tree outside the checkpoint dir"
+        )
+        return _verdict(path, step, f, size_bytes=0, zero_stage_hint=None)
     if not path.is_dir():
         f.reasons.append("checkpoint directory missing or not a directory")
         return _verdict(path, step, f, size_bytes=0, zero_stage_hint=None)
@@ -189,9 +217,18 @@ def inspect_checkpoint(path: Path, *, world_size: int | None = None) -> Checkpoi
         f.reasons.append(f"cannot list checkpoint directory: {exc.strerror or exc}")
         return _verdict(path, step, f, size_bytes=0, zero_stage_hint=None)
 
+    state_entry = names.get(TRAINER_STATE)
+    if state_entry is not None and state_entry.is_symlink():
+        # The resume patch rewrites this file: through a link it would write elsewhere.
+        f.reasons.append(f"{TRAINER_STATE} is a symlink: dsguard never writes through one")
+        return _verdict(path, step, f, size_bytes=0, zero_stage_hint=None)
+
     def is_file(name: str) -> bool:
         e = names.get(name)
-        return e is not None and e.is_file()
+        try:
+            return e is not None and e.is_file()
+        except OSError:  # a link loop: not a file HF could load either
+            return False
 
     _check_trainer_state(f, path / TRAINER_STATE, step, present=is_file(TRAINER_STATE))
 
@@ -264,9 +301,14 @@ def quarantine(path: Path, ckpt_dir: Path) -> Path:
     directory's destination is claimed with ``mkdir`` first so two movers cannot overwrite each
     other, and a rename onto an existing file never happens.
 
+    A ``checkpoint-N`` that is a symlink is moved as the link: its target is never touched.
+    A directory that cannot be moved to another parent (not writable by us: see the code) is
+    renamed in place to ``.dsguard-quarantine-checkpoint-N`` instead.
+
     Raises ValueError if ``path`` is not directly inside ``ckpt_dir`` (a cross-filesystem rename
     would fail, and copy+delete is exactly what this must never do) or is the quarantine dir,
-    FileNotFoundError if it does not exist.
+    FileNotFoundError if it does not exist, OSError if it cannot be moved at all (read-only
+    filesystem): the caller then leaves it in place and skips it.
     """
     if path.name == QUARANTINE_DIRNAME:
         raise ValueError(f"refusing to quarantine the quarantine directory itself: {path}")
@@ -277,10 +319,29 @@ def quarantine(path: Path, ckpt_dir: Path) -> Path:
 
     qdir = ckpt_dir / QUARANTINE_DIRNAME
     qdir.mkdir(exist_ok=True)
+    # lstat-based: a symlink (to a tree outside, or a loop) is moved as the link itself.
     is_real_dir = path.is_dir() and not path.is_symlink()
+    try:
+        dest = _move_into(path, qdir, is_real_dir)
+    except PermissionError:
+        if not is_real_dir:
+            raise
+        # Moving a directory to another parent rewrites its ".." entry, which needs write
+        # permission on the directory itself: a checkpoint the trainer left unreadable or
+        # read-only (mode 0500) cannot go into the quarantine dir. A rename within ckpt_dir
+        # does not touch "..": a dot name outside the checkpoint-* pattern hides it from
+        # get_last_checkpoint, rotation and the next save alike.
+        dest = _move_into(path, ckpt_dir, True, prefix=QUARANTINE_DIRNAME + "-")
+    _fsync_dir(ckpt_dir)
+    _fsync_dir(dest.parent)
+    return dest
+
+
+def _move_into(path: Path, qdir: Path, is_real_dir: bool, prefix: str = "") -> Path:
+    """Rename ``path`` to a free name ``qdir/<prefix><name>[.n]``; never onto anything."""
     attempt = 0
     while True:
-        dest = qdir / (path.name if attempt == 0 else f"{path.name}.{attempt}")
+        dest = qdir / (prefix + (path.name if attempt == 0 else f"{path.name}.{attempt}"))
         attempt += 1
         if is_real_dir:
             try:
@@ -297,8 +358,6 @@ def quarantine(path: Path, ckpt_dir: Path) -> Path:
             if os.path.lexists(dest):
                 continue
             os.rename(path, dest)
-        _fsync_dir(ckpt_dir)
-        _fsync_dir(qdir)
         return dest
 
 

@@ -2,7 +2,10 @@
 
 Every line is written with a single ``os.write`` on an ``O_APPEND`` descriptor, so a reader (or
 a dsguard killed mid-run) never sees half a line interleaved with another, and nothing
-already written is ever rewritten.
+already written is ever rewritten. The file is opened without following a symlink and is
+0600 (:mod:`dsguard.run.safefs`); a torn last line left by a crash is closed off before the
+first new event; a full disk never raises: lines wait in memory (bounded) and are written
+in order once space is back.
 
 structlog is the pipeline: the context (``run_id``, ``job``, then ``attempt``) is bound per run
 and per attempt, and one processor chain (redact secrets, stamp, render) produces both the
@@ -24,6 +27,7 @@ import json
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from datetime import UTC, datetime
 from enum import Enum
@@ -33,6 +37,7 @@ from typing import Any, TextIO
 import msgspec
 
 from dsguard.core.events import Event, UnknownEvent, event_name, validate
+from dsguard.run.safefs import make_private_dir, open_file, write_all
 
 #: Bookkeeping events kept in the file but not shown on the console.
 CONSOLE_QUIET = frozenset({"state_changed"})
@@ -233,22 +238,74 @@ class _Render:
         return {"line": line.encode(), "console": human, "written": dict(ev)}
 
 
-class _Writer:
-    """structlog 'logger': writes what the chain rendered, and nothing else."""
+#: Lines kept in memory while events.jsonl cannot be written (disk full); past this, new
+#: lines are dropped and counted rather than growing dsguard without bound over a night.
+MAX_PENDING_BYTES = 4 << 20
 
-    def __init__(self, fd: int, console: TextIO | None) -> None:
+
+class _Writer:
+    """structlog 'logger': writes what the chain rendered, and nothing else.
+
+    A failing write (ENOSPC, EIO, EDQUOT: the log disk filled up) never raises: the line is
+    kept and written before the next one, so the file stays whole lines in order once space
+    comes back, and the console still shows it. A write that went out in part is finished
+    first, never torn. Supervising goes on either way: the log serves the run, not the
+    other way round.
+    """
+
+    def __init__(self, fd: int, console: TextIO | None, path: Path) -> None:
         self._fd = fd
         self._console = console
+        self._path = path
+        # Reentrant: a signal handler that logs must not deadlock on the line being written.
+        self._lock = threading.RLock()
+        self._pending = bytearray()
+        self._failing = False
+        self.write_failures = 0
+        self.dropped_bytes = 0
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._pending)
+
+    def flush(self) -> bool:
+        """Write what is pending; True when nothing is left."""
+        with self._lock:
+            if not self._pending:
+                return True
+            n, err = write_all(self._fd, bytes(self._pending))
+            del self._pending[:n]
+            if err is None:
+                self._failing = False
+                return True
+            self.write_failures += 1
+            if not self._failing:
+                self._failing = True
+                self._say(
+                    f"dsguard: cannot write {self._path}: {err.strerror or err}; keeping "
+                    "events in memory and retrying (training goes on)\n"
+                )
+            return False
+
+    def _say(self, text: str) -> None:
+        if self._console is None:
+            return
+        try:
+            self._console.write(text)
+            self._console.flush()
+        except (OSError, ValueError):
+            self._console = None
 
     def msg(self, line: bytes, console: str | None, written: dict[str, Any]) -> dict[str, Any]:
         # One write per line on an O_APPEND fd: whole lines only, never rewritten.
-        os.write(self._fd, line)
-        if self._console is not None and console is not None:
-            try:
-                self._console.write(console)
-                self._console.flush()
-            except (OSError, ValueError):
-                self._console = None
+        with self._lock:
+            if len(self._pending) + len(line) > MAX_PENDING_BYTES:
+                self.dropped_bytes += len(line)
+            else:
+                self._pending += line
+            self.flush()
+        if console is not None:
+            self._say(console)
         return written
 
 
@@ -278,11 +335,14 @@ class EventLog:
         # module for its helpers and must not pay structlog's import time.
         import structlog
 
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent, narrow=True)
         self.path = path
         self.strict = strict_default() if strict is None else strict
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Never through a symlink or hard link planted at the path (dsguard may be root).
+        self._fd = open_file(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         self._now = now
+        self._writer = _Writer(self._fd, console, path)
+        self._start_on_new_line()
 
         def stamp(_: Any, __: str, ev: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
             # ts first, then event, for readable lines.
@@ -291,7 +351,7 @@ class EventLog:
             return ordered
 
         self._log: Any = structlog.wrap_logger(
-            _Writer(self._fd, console),
+            self._writer,
             processors=[redact_processor, stamp, _Render(console is not None)],
             wrapper_class=structlog.BoundLogger,
             context_class=dict,
@@ -329,7 +389,39 @@ class EventLog:
             self._log.msg("event_invalid", invalid_event=name, error=problem)
         return written
 
+    def _start_on_new_line(self) -> None:
+        """A dsguard killed mid-write (or a full disk) can leave a last line without its
+        newline; appending straight after it would glue this run's first event to that
+        fragment and every reader would drop both. Close the fragment off first."""
+        try:
+            size = os.fstat(self._fd).st_size
+            last = os.pread(self._fd, 1, size - 1) if size > 0 else b"\n"
+        except OSError:
+            return
+        if last != b"\n":
+            self._writer.msg(b"\n", None, {})
+
+    @property
+    def write_failures(self) -> int:
+        """Writes of events.jsonl that failed (disk full, ...); the lines were kept."""
+        return self._writer.write_failures
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Bytes of events never written: more were pending than ``MAX_PENDING_BYTES``."""
+        return self._writer.dropped_bytes
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of events waiting for the disk to take them."""
+        return self._writer.pending_bytes
+
+    def flush(self) -> bool:
+        """Retry writing pending lines; True when the file holds every line."""
+        return self._writer.flush()
+
     def close(self) -> None:
+        self._writer.flush()
         with contextlib.suppress(OSError):
             os.close(self._fd)
 

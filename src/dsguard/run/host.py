@@ -28,6 +28,7 @@ import psutil
 
 from dsguard.core.classify import Evidence, StreamClassifier
 from dsguard.core.envfacts import EnvFacts
+from dsguard.core.events import LogWriteFailed
 from dsguard.host.envfacts import detect, stale_build_locks
 from dsguard.host.gpu import GpuProbe, GpuSnapshot, ReleaseResult, wait_for_release
 from dsguard.host.memory import (
@@ -68,6 +69,16 @@ class Attempt(Protocol):
 
     @property
     def output_bytes(self) -> int: ...
+
+    @property
+    def log_dropped_bytes(self) -> int:
+        """Output that could not be written to the attempt log (a full disk), dropped."""
+        ...
+
+    @property
+    def log_failure(self) -> LogWriteFailed | None:
+        """The attempt log's first write failure, as ``log_write_failed`` records it."""
+        ...
 
     def poll(self) -> int | None:
         """The launcher's exit code once it exited, else None (never blocks)."""
@@ -181,6 +192,14 @@ class RealAttempt:
     @property
     def output_bytes(self) -> int:
         return self._pump.bytes_read
+
+    @property
+    def log_dropped_bytes(self) -> int:
+        return self._pump.log_dropped_bytes
+
+    @property
+    def log_failure(self) -> LogWriteFailed | None:
+        return self._pump.log_failure
 
     def poll(self) -> int | None:
         return self._child.popen.poll()

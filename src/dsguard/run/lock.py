@@ -62,7 +62,8 @@ from typing import Any
 import psutil
 
 from dsguard.errors import LockHeldError
-from dsguard.run.logdir import LOCK_FILENAME
+from dsguard.run import safefs
+from dsguard.run.logdir import LOCK_FILENAME, ensure_log_dir
 
 #: Overrides where per-job locks live (see the module doc).
 LOCK_DIR_ENV = "DSGUARD_LOCK_DIR"
@@ -194,8 +195,8 @@ class JobLock:
             with contextlib.suppress(OSError):
                 os.close(old)
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            ensure_log_dir(self.path.parent)
+            fd = safefs.open_file(self.path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -320,10 +321,9 @@ def acquire(log_dir: Path, job: str) -> JobLock:
     if sfd is None:
         raise _held(log_dir, job, stable)
     try:
-        log_dir.mkdir(parents=True, exist_ok=True)
+        ensure_log_dir(log_dir)  # 0700, no symlink, ours (or root's)
         path = log_dir / LOCK_FILENAME
-        # O_CLOEXEC is os.open's default; spelled out because a leaked fd is a stale lock.
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = safefs.open_file(path, os.O_RDWR | os.O_CREAT)  # no symlink; 0600; O_CLOEXEC
     except BaseException:
         _unlock(sfd)
         raise

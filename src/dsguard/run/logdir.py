@@ -3,7 +3,7 @@ CLI (``status``, ``events``, ``explain``) and the training side cannot drift apa
 
 The layout (``dsguard status`` and the tests read the same names)::
 
-    LOG_DIR/
+    LOG_DIR/                       0700; every file dsguard creates in it 0600
       events.jsonl                 append-only event log, one JSON object per line
       state.json                   the run's state, replaced atomically at every transition
       dsguard.lock                 held by the supervising dsguard (flock)
@@ -18,14 +18,46 @@ be mistaken for the next attempt's.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from dsguard.protocol import CONTROL_SUBDIR, HEARTBEAT_SUBDIR, heartbeat_path, stop_request_path
+from dsguard.run.safefs import UnsafePathError, make_private_dir
 
 EVENTS_FILENAME = "events.jsonl"
 STATE_FILENAME = "state.json"
 LOCK_FILENAME = "dsguard.lock"
+
+
+def ensure_log_dir(root: Path) -> LogDir:
+    """Create ``root`` (0700 whatever the umask) and check it is safe to write into, before
+    anything is launched: a real directory, not a symlink, owned by the running user or root.
+
+    A log dir that is a symlink, or that another user owns, lets that user point
+    ``events.jsonl`` or ``attempt-N.log`` at any file, which dsguard (often root) would then
+    append to; 0700 keeps argv, environment and output from other local users.
+
+    Raises:
+        UnsafePathError (an ``OSError``): a symlink, not a directory, or another user's; its
+            message is one line naming the path.
+        OSError: it cannot be created (a parent is a file, read-only filesystem, ...).
+    """
+    make_private_dir(root, narrow=True)
+    logs = LogDir(root)
+    for path in (logs.events, logs.state, logs.lock):
+        # Refused here, before the lock and the launch, so every unsafe log dir is one
+        # clear error at start (the writers refuse them later too, one by one).
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                what = "a symlink" if os.path.islink(path) else "not a regular file"
+                raise UnsafePathError(path, f"is {what}: dsguard never writes through one")
+    # Made here, 0700, so the training side's mkdir(exist_ok=True) finds them private.
+    make_private_dir(logs.heartbeat_dir)
+    make_private_dir(logs.control_dir)
+    return logs
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,7 @@ from dsguard.run.heartbeat import capabilities
 from dsguard.run.host import GPU_RELEASE_TIMEOUT_S, Attempt, Host, RealHost
 from dsguard.run.launch import Command, build_command
 from dsguard.run.lock import JobLock, acquire
-from dsguard.run.logdir import LogDir
+from dsguard.run.logdir import LogDir, ensure_log_dir
 from dsguard.run.observe import EndedBy, Observation, judge, verdict
 from dsguard.run.proc import AttemptRef, EndReport
 from dsguard.run.sdnotify import Notifier, child_env
@@ -184,6 +184,7 @@ class _Current:
     report: EndReport | None = None
     rss_samples: list[int] = field(default_factory=list)
     silent_s: float = 0.0
+    log_failure_noted: bool = False
 
 
 @dataclass
@@ -300,7 +301,7 @@ class Supervisor:
 
     def run(self) -> int:
         job = self.job
-        job.log_dir.mkdir(parents=True, exist_ok=True)
+        ensure_log_dir(job.log_dir)  # 0700; refuses a symlink or a stranger's dir
         try:
             lock = acquire(job.log_dir, job.name)
         except LockHeldError as exc:
@@ -549,6 +550,22 @@ class Supervisor:
         chosen = self.host.select_checkpoint(ckpt_dir, self.job.world_size).chosen
         return None if chosen is None else chosen.step
 
+    def _quarantine(
+        self, events: EventLog, path: Path, ckpt_dir: Path, step: int | None, reasons: list[str]
+    ) -> None:
+        """Move an unresumable checkpoint aside; a move that fails (a read-only or busy
+        filesystem) leaves it in place and is said, never a crash: it is skipped for this
+        resume either way, and nothing is deleted."""
+        try:
+            dest = self.host.quarantine(path, ckpt_dir)
+        except OSError as exc:
+            events.emit(
+                "checkpoint_quarantine_failed", path=path, step=step, reasons=reasons,
+                error=str(exc),
+            )  # fmt: skip
+            return
+        events.emit("checkpoint_quarantined", path=path, moved_to=dest, step=step, reasons=reasons)
+
     def _pick_checkpoint(
         self, events: EventLog, ckpt_dir: Path, allow: bool, micro_batch_size: int
     ) -> Path | None:
@@ -565,11 +582,7 @@ class Supervisor:
             if self._stop_signal is not None:
                 # Between two moves: the rest stay where they are (set aside next run).
                 return None
-            dest = self.host.quarantine(bad.path, ckpt_dir)
-            events.emit(
-                "checkpoint_quarantined", path=bad.path, moved_to=dest, step=bad.step,
-                reasons=list(bad.reasons),
-            )  # fmt: skip
+            self._quarantine(events, bad.path, ckpt_dir, bad.step, list(bad.reasons))
         if sel.chosen is None:
             events.emit(
                 "checkpoint_selected", path=None, step=None, dir=ckpt_dir,
@@ -627,6 +640,7 @@ class Supervisor:
             if handle.poll() is not None:
                 return "exit"
             self._note_console_lost(run.events)
+            self._note_log_failure(run.events, cur, handle)
             self.notifier.watchdog_if_due()
             now = self.host.monotonic()
             if now - last_check >= _PROGRESS_CHECK_S:
@@ -640,6 +654,15 @@ class Supervisor:
                 if rss is not None:
                     cur.rss_samples = [*cur.rss_samples[-(_RSS_SAMPLES_KEPT - 1) :], rss]
             self._sleep(_WAIT_POLL_S)
+
+    @staticmethod
+    def _note_log_failure(events: EventLog, cur: _Current, handle: Attempt) -> None:
+        """Say once per attempt that its log could not be written (a full disk): the output
+        is still read and classified, so training goes on, but the user must know the log
+        has gaps before relying on it."""
+        if handle.log_failure is not None and not cur.log_failure_noted:
+            cur.log_failure_noted = True
+            events.emit(handle.log_failure)
 
     def _is_hung(self, events: EventLog, cur: _Current, handle: Attempt) -> bool:
         """No output and no heartbeat for hang_timeout_s, and the GPUs are not busy."""
@@ -775,6 +798,7 @@ class Supervisor:
                 duration_s=round(r.duration_s, 3),
             )  # fmt: skip
         exit_code = handle.close()
+        self._note_log_failure(run.events, cur, handle)  # a short attempt ends before a poll
         duration_s = self.host.monotonic() - cur.t0
         run.sm.update(current_attempt=None)
         if cur.report is not None and cur.cmd is not None and self.job.deepspeed is not None:
@@ -792,6 +816,7 @@ class Supervisor:
             attempt=cur.number, exit_code=exit_code, ended_by=cur.ended_by,
             duration_s=duration_s, evidence=cur.classifier.evidence,
             output_bytes=handle.output_bytes, output_lines=cur.classifier.lines_seen,
+            log_dropped_bytes=handle.log_dropped_bytes,
             pids=pids, host_oom_evidence=tuple(self._host_oom_evidence(cur, exit_code, pids)),
             progressed=progressed, caps=capabilities(beats) if beats else None,
             last_step=None if last is None else last.global_step,
@@ -811,6 +836,7 @@ class Supervisor:
             last_step=obs.last_step, last_loss=obs.last_loss,
             gpu_mem_peak_bytes=obs.gpu_mem_peak_bytes,
             host_rss_peak_bytes=obs.host_rss_peak_bytes, capabilities=sorted(run.ledger.caps),
+            log_dropped_bytes=obs.log_dropped_bytes or None,
         )  # fmt: skip
 
     def _host_oom_evidence(
@@ -869,11 +895,9 @@ class Supervisor:
         events = run.events
         ledger = run.ledger
         if decision.quarantine_resumed_checkpoint and cur.resume is not None and ledger.ckpt_dir:
-            dest = self.host.quarantine(cur.resume, ledger.ckpt_dir)
-            events.emit(
-                "checkpoint_quarantined", path=cur.resume, moved_to=dest,
-                step=ckpts.checkpoint_step(cur.resume),
-                reasons=["resuming from it failed: " + (failure.evidence or ("?",))[0]],
+            self._quarantine(
+                events, cur.resume, ledger.ckpt_dir, ckpts.checkpoint_step(cur.resume),
+                ["resuming from it failed: " + (failure.evidence or ("?",))[0]],
             )  # fmt: skip
         ckpt_root = job.checkpoints.dir if job.checkpoints is not None else None
         run.ledger = apply_relaunch(
@@ -992,6 +1016,9 @@ class Supervisor:
             self._status(ledger, "succeeded")
         elif nxt.state is RunState.GAVE_UP:
             self._status(ledger, f"gave up: {nxt.reason}")
+        # Lines and state held back by a full disk get one last chance to be written.
+        run.sm.flush()
+        run.events.flush()
         return nxt.exit_code
 
     # -- recovery --------------------------------------------------------------------------

@@ -46,6 +46,8 @@ class Observation:
     last_loss: float | None
     gpu_mem_peak_bytes: int | None
     host_rss_peak_bytes: int | None
+    #: Output dropped because the attempt log could not be written (a full disk).
+    log_dropped_bytes: int = 0
 
     @property
     def exit(self) -> ExitStatus:

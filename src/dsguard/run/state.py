@@ -10,9 +10,6 @@ another would silently lose the run's history.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -21,7 +18,8 @@ import msgspec
 
 from dsguard.core.states import TERMINAL, TRANSITIONS, RunState
 from dsguard.errors import InvalidTransition
-from dsguard.run.events import EventLog, dumps, normalise
+from dsguard.run.events import EventLog, dumps, normalise, redact
+from dsguard.run.safefs import make_private_dir, write_atomic
 
 # The enum and table moved to the pure core (dsguard.core.states); re-exported so callers of
 # this module keep working.
@@ -29,20 +27,18 @@ __all__ = ["TERMINAL", "TRANSITIONS", "RunState", "StateMachine", "read_state", 
 
 
 def write_json_atomic(path: Path, data: object) -> None:
-    """Replace ``path`` with ``data`` as JSON so readers see the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(dumps(data))
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Replace ``path`` with ``data`` as JSON so readers see the old or the new file, never half.
+
+    Through :func:`dsguard.run.safefs.write_atomic`: a symlink at ``path`` is replaced, never
+    written through; the file is 0600 and a missing directory is created 0700 (the control dir
+    of stop requests), because what dsguard records may hold paths, argv and evidence lines.
+
+    Raises:
+        UnsafePathError: the directory is a symlink or another user's.
+        OSError: the write failed (disk full); ``path`` keeps its old content.
+    """
+    make_private_dir(path.parent)
+    write_atomic(path, (dumps(data) + "\n").encode())
 
 
 #: Bumped when a ``state.json`` field changes type or meaning; files without the key predate
@@ -150,22 +146,53 @@ class StateMachine:
     events: EventLog
     status: dict[str, Any] = field(default_factory=dict)
     state: RunState = RunState.STARTING
+    #: state.json writes that failed (disk full, ...); ``pending``: the file is stale now.
+    write_failures: int = 0
+    pending: bool = False
+    _failing: bool = False
 
     def __post_init__(self) -> None:
         self.status["state"] = self.state.value
         self._write()
 
     def _write(self) -> None:
-        doc: dict[str, Any] = {"schema_version": STATE_SCHEMA_VERSION, **self.status}
+        # Redacted like every event: state.json is what `dsguard status` prints and what gets
+        # pasted into bug reports, and the ledger's history holds output lines.
+        doc: dict[str, Any] = redact({"schema_version": STATE_SCHEMA_VERSION, **self.status})
         try:
             checked = state_from_dict(doc)
         except msgspec.ValidationError as exc:
             if self.events.strict:
                 raise StateFileError(f"state.json document: {exc}") from exc
             self.events.emit("state_invalid", error=str(exc))
-            write_json_atomic(self.path, doc)
+            self._store(doc)
             return
-        write_json_atomic(self.path, msgspec.to_builtins(checked))
+        self._store(msgspec.to_builtins(checked))
+
+    def _store(self, doc: object) -> None:
+        """Write state.json; a failure (disk full, log dir gone) is counted and said once per
+        streak, never raised: a night's training must not die of its bookkeeping, and the
+        next transition (or :meth:`flush`) writes the whole document again."""
+        try:
+            write_json_atomic(self.path, doc)
+        except OSError as exc:
+            self.write_failures += 1
+            self.pending = True
+            if not self._failing:
+                self._failing = True
+                self.events.emit(
+                    "state_write_failed", path=self.path, error=str(exc),
+                    errno=exc.errno or 0, failures=self.write_failures,
+                )  # fmt: skip
+            return
+        self.pending = False
+        self._failing = False
+
+    def flush(self) -> bool:
+        """Retry a state.json write that failed; True when the file is current."""
+        if self.pending:
+            self._write()
+        return not self.pending
 
     def update(self, **fields: Any) -> None:
         """Change status fields without a transition (persisted immediately)."""
