@@ -67,8 +67,9 @@ def _is_setup_error(exc: OSError, log_dir: Path) -> bool:
         return False
     where = Path(os.fsdecode(exc.filename))
     stable = job_lock_path(log_dir)
+    logs = LogDir(log_dir)
     return (
-        where in (LogDir(log_dir).lock, log_dir, stable)
+        where in (logs.lock, logs.heartbeat_dir, logs.control_dir, log_dir, stable)
         or where in log_dir.parents
         or where in stable.parents
     )

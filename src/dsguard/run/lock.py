@@ -321,7 +321,7 @@ def acquire(log_dir: Path, job: str) -> JobLock:
     if sfd is None:
         raise _held(log_dir, job, stable)
     try:
-        ensure_log_dir(log_dir)  # 0700, no symlink, ours (or root's)
+        ensure_log_dir(log_dir, subdirs=False)  # 0700, no symlink, ours (or root's)
         path = log_dir / LOCK_FILENAME
         fd = safefs.open_file(path, os.O_RDWR | os.O_CREAT)  # no symlink; 0600; O_CLOEXEC
     except BaseException:

@@ -32,7 +32,7 @@ STATE_FILENAME = "state.json"
 LOCK_FILENAME = "dsguard.lock"
 
 
-def ensure_log_dir(root: Path) -> LogDir:
+def ensure_log_dir(root: Path, *, subdirs: bool = True) -> LogDir:
     """Create ``root`` (0700 whatever the umask) and check it is safe to write into, before
     anything is launched: a real directory, not a symlink, owned by the running user or root.
 
@@ -54,9 +54,12 @@ def ensure_log_dir(root: Path) -> LogDir:
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 what = "a symlink" if os.path.islink(path) else "not a regular file"
                 raise UnsafePathError(path, f"is {what}: dsguard never writes through one")
-    # Made here, 0700, so the training side's mkdir(exist_ok=True) finds them private.
-    make_private_dir(logs.heartbeat_dir)
-    make_private_dir(logs.control_dir)
+    if subdirs:
+        # Made here, 0700, so the training side's mkdir(exist_ok=True) finds them private.
+        # ``subdirs=False`` before the lock is taken: the lock is the first thing created,
+        # so a full file system is reported as the lock it could not take.
+        make_private_dir(logs.heartbeat_dir)
+        make_private_dir(logs.control_dir)
     return logs
 
 

@@ -301,7 +301,7 @@ class Supervisor:
 
     def run(self) -> int:
         job = self.job
-        ensure_log_dir(job.log_dir)  # 0700; refuses a symlink or a stranger's dir
+        ensure_log_dir(job.log_dir, subdirs=False)  # 0700; refuses a symlink or a stranger's
         try:
             lock = acquire(job.log_dir, job.name)
         except LockHeldError as exc:
@@ -311,6 +311,7 @@ class Supervisor:
             return EXIT_USAGE
         with lock:
             self._lock = lock
+            ensure_log_dir(job.log_dir)  # and its heartbeat/ and control/, 0700
             run_id = new_run_id(self.now())
             try:
                 return self._drive(self._begin(self._open_events(run_id), run_id))
