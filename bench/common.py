@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ import yaml
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 CHILDREN = BENCH_DIR / "children.py"
-RESULTS_DATE = "2026-11-22"
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ def machine_info() -> dict[str, str]:
         "python": platform.python_version(),
         "kernel": platform.release(),
         "loadavg_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "date": RESULTS_DATE,
+        "date": datetime.now(UTC).date().isoformat(),
     }
 
 
@@ -101,22 +101,6 @@ def dsguard_argv() -> list[str]:
     if script.is_file():
         return [str(script)]
     return [sys.executable, "-m", "dsguard"]
-
-
-def patched_dsguard_argv(**constants: float) -> list[str]:
-    """``dsguard`` with module constants overridden in-process (a what-if; src unchanged).
-
-    Keys are ``module__NAME`` with the module path after ``dsguard.supervisor.``, e.g.
-    ``watch___COALESCE_S=0.1`` sets ``dsguard.run.watch._COALESCE_S``.
-    """
-    sets = []
-    for key, value in constants.items():
-        module, name = key.split("__", 1)
-        sets.append(f"importlib.import_module('dsguard.supervisor.{module}').{name} = {value!r}")
-    code = "; ".join(
-        ["import importlib, sys", *sets, "from dsguard.cli.main import main", "sys.exit(main())"]
-    )
-    return [sys.executable, "-c", code]
 
 
 def write_job(workdir: Path, child_args: Sequence[str], **sections: Any) -> Path:

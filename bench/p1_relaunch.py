@@ -16,11 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import patched_dsguard_argv, summarize, time_commands
+from bench.common import summarize, time_commands
 from bench.relaunch import Trial, breakdown, interpreter_start_s, run_trial
 
 LIMITS = {"fatal_grace_s": 0, "backoff_s": [0, 0], "max_attempts": 3}
-WHATIF_COALESCE_S = 0.1
 #: What the exec shim does (parent-death signal, then exec), without importing anything from
 #: site-packages: a candidate replacement, timed next to the shipped shim.
 INLINE_SHIM = (
@@ -55,12 +54,6 @@ def run(quick: bool = False) -> dict[str, Any]:
     for _ in range(reps):
         with tempfile.TemporaryDirectory(prefix="dsguard-p1-") as d:
             trials.append(run_trial(Path(d), ["oom"], 1, LIMITS))
-    # What-if for the P4 CPU fix: a 100 ms coalescing window in the output pump.
-    whatif: list[Trial] = []
-    patched = patched_dsguard_argv(watch___COALESCE_S=WHATIF_COALESCE_S)
-    for _ in range(reps):
-        with tempfile.TemporaryDirectory(prefix="dsguard-p1w-") as d:
-            whatif.append(run_trial(Path(d), ["oom"], 1, LIMITS, dsguard=patched))
     gone = [t.gone_after() for t in trials]
     nxt = [t.next_first_statement - t.t_oom for t in trials]
     fork = [t.next_fork - t.t_oom for t in trials if t.next_fork is not None]
@@ -76,11 +69,6 @@ def run(quick: bool = False) -> dict[str, Any]:
         ).as_dict(),
         "python_c_pass_s": interpreter_start_s(),
         "launch_overhead": launch_overhead(10 if quick else 30),
-        "whatif_coalesce_s": WHATIF_COALESCE_S,
-        "whatif_a_tree_gone_s": summarize(t.gone_after() for t in whatif).as_dict(),
-        "whatif_b_next_first_statement_s": summarize(
-            t.next_first_statement - t.t_oom for t in whatif
-        ).as_dict(),
         "raw": {"a": gone, "b": nxt},
     }
 
@@ -110,14 +98,6 @@ def markdown(res: dict[str, Any]) -> str:
         f"\n`end_attempt` itself (event `attempt_ended.duration_s`): median "
         f"{e['median'] * 1000:.0f} ms. `python -c pass` with this interpreter: "
         f"{res['python_c_pass_s'] * 1000:.0f} ms (part of (b) but not of (b')).\n"
-    )
-    wa, wb = res["whatif_a_tree_gone_s"], res["whatif_b_next_first_statement_s"]
-    lines.append(
-        f"What-if (same run, {wa['n']} more repetitions): the output pump's coalescing window "
-        f"`watch._COALESCE_S` patched from 10 ms to {res['whatif_coalesce_s'] * 1000:.0f} ms "
-        f"in-process (the proposed P4 CPU fix): (a) median {wa['median'] * 1000:.0f} ms "
-        f"(max {wa['max'] * 1000:.0f}), (b) median {wb['median'] * 1000:.0f} ms "
-        f"(max {wb['max'] * 1000:.0f}).\n"
     )
     tool, timing = res["launch_overhead"]
     lines += [
