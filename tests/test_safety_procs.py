@@ -29,6 +29,7 @@ from dsguard.run.launch import Command
 from dsguard.run.proc import attempt_processes, end_attempt, spawn
 from dsguard.run.state import write_json_atomic
 from tests.conftest import RunResult, dsguard_cmd, write_job
+from tests.test_unattended import _trace, _wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -38,20 +39,6 @@ def _events(workdir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(x) for x in path.read_text().splitlines()]
-
-
-def _trace(workdir: Path) -> list[dict[str, Any]]:
-    path = workdir / "trace.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def _wait_for(pred: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest.fixture
