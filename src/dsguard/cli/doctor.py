@@ -35,6 +35,7 @@ from typing import Any, Literal
 import psutil
 
 from dsguard.core.envfacts import EnvFacts
+from dsguard.core.records import as_builtins
 from dsguard.exitcodes import EXIT_BLOCKED, EXIT_OK
 from dsguard.host import cgroup
 from dsguard.host.envfacts import BuildLock, build_locks, detect, gpu_facts
@@ -121,7 +122,7 @@ class Check:
     fix: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "value": self.value, "fix": self.fix}
+        return as_builtins(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsguard.core.records import as_builtins, from_builtins
+
 __all__ = ["EnvFacts", "GpuFact", "Toolkit"]
 
 
@@ -25,19 +27,19 @@ class Toolkit:
     path: str
     realpath: str
     #: ``major.minor`` ("12.1"), the part DeepSpeed compares with ``torch.version.cuda``.
-    version: str | None
+    version: str | None = None
     #: The most precise version seen ("12.1.105"), for humans.
-    full_version: str | None
+    full_version: str | None = None
     #: Where the version came from: "nvcc", "version.json", "version.txt" or "unknown".
-    version_source: str
+    version_source: str = "unknown"
     #: ``bin/nvcc`` ran.
-    has_nvcc: bool
+    has_nvcc: bool = False
     #: ``include/cuda_runtime.h`` (or ``targets/*/include/``) exists. A ``bin/nvcc`` wrapper
     #: script in ``/usr/local/bin`` makes torch pick ``CUDA_HOME=/usr/local``, which has none:
     #: such a directory is listed (it explains the failure) but never offered as CUDA_HOME.
-    has_headers: bool
+    has_headers: bool = False
     #: How it was found: "CUDA_HOME", "CUDA_PATH", "PATH", "python-prefix", "search".
-    found_via: str
+    found_via: str = "search"
 
     @property
     def usable(self) -> bool:
@@ -45,29 +47,11 @@ class Toolkit:
         return self.has_nvcc and self.has_headers
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "realpath": self.realpath,
-            "version": self.version,
-            "full_version": self.full_version,
-            "version_source": self.version_source,
-            "has_nvcc": self.has_nvcc,
-            "has_headers": self.has_headers,
-            "found_via": self.found_via,
-        }
+        return as_builtins(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Toolkit:
-        return cls(
-            path=str(d["path"]),
-            realpath=str(d["realpath"]),
-            version=_opt_str(d.get("version")),
-            full_version=_opt_str(d.get("full_version")),
-            version_source=str(d.get("version_source", "unknown")),
-            has_nvcc=bool(d.get("has_nvcc", False)),
-            has_headers=bool(d.get("has_headers", False)),
-            found_via=str(d.get("found_via", "search")),
-        )
+        return from_builtins(d, cls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,27 +59,16 @@ class GpuFact:
     """One GPU the job uses, as NVML reports it. ``capability`` None: the query failed."""
 
     index: int
-    uuid: str | None
-    name: str | None
-    capability: tuple[int, int] | None
+    uuid: str | None = None
+    name: str | None = None
+    capability: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "name": self.name,
-            "capability": None if self.capability is None else list(self.capability),
-        }
+        return as_builtins(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GpuFact:
-        cap = d.get("capability")
-        return cls(
-            index=int(d["index"]),
-            uuid=_opt_str(d.get("uuid")),
-            name=_opt_str(d.get("name")),
-            capability=None if cap is None else (int(cap[0]), int(cap[1])),
-        )
+        return from_builtins(d, cls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,41 +104,8 @@ class EnvFacts:
         return next((t for t in self.toolkits if t.realpath == real), None)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "python": self.python,
-            "torch_version": self.torch_version,
-            "torch_cuda": self.torch_cuda,
-            "torch_hip": self.torch_hip,
-            "torch_error": self.torch_error,
-            "cuda_home": self.cuda_home,
-            "torch_extensions_dir": self.torch_extensions_dir,
-            "deepspeed_version": self.deepspeed_version,
-            "toolkits": [t.as_dict() for t in self.toolkits],
-            "gpus": None if self.gpus is None else [g.as_dict() for g in self.gpus],
-            "gpu_error": self.gpu_error,
-            "ds_skip_cuda_check": self.ds_skip_cuda_check,
-            "notes": list(self.notes),
-        }
+        return as_builtins(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EnvFacts:
-        gpus = d.get("gpus")
-        return cls(
-            python=str(d.get("python", "")),
-            torch_version=_opt_str(d.get("torch_version")),
-            torch_cuda=_opt_str(d.get("torch_cuda")),
-            torch_hip=_opt_str(d.get("torch_hip")),
-            torch_error=_opt_str(d.get("torch_error")),
-            cuda_home=_opt_str(d.get("cuda_home")),
-            torch_extensions_dir=_opt_str(d.get("torch_extensions_dir")),
-            deepspeed_version=_opt_str(d.get("deepspeed_version")),
-            toolkits=tuple(Toolkit.from_dict(t) for t in d.get("toolkits") or ()),
-            gpus=None if gpus is None else tuple(GpuFact.from_dict(g) for g in gpus),
-            gpu_error=_opt_str(d.get("gpu_error")),
-            ds_skip_cuda_check=bool(d.get("ds_skip_cuda_check", False)),
-            notes=tuple(str(n) for n in d.get("notes") or ()),
-        )
-
-
-def _opt_str(v: object) -> str | None:
-    return None if v is None else str(v)
+        return from_builtins(d, cls)

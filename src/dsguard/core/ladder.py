@@ -24,6 +24,7 @@ from typing import Any
 
 from dsguard.core.classify import FailureKind
 from dsguard.core.envfacts import EnvFacts
+from dsguard.core.records import as_builtins, from_builtins
 from dsguard.core.remedies import GiveUp as RemedyGiveUp
 from dsguard.core.remedies import Remedy, next_remedy
 from dsguard.core.rungs import RUNGS, Move, RungContext
@@ -95,22 +96,11 @@ class AttemptRecord:
     progressed: bool
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "kind": None if self.kind is None else self.kind.value,
-            "uptime_s": self.uptime_s,
-            "progressed": self.progressed,
-        }
+        return as_builtins(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> AttemptRecord:
-        kind = d.get("kind")
-        return cls(
-            attempt=int(d["attempt"]),
-            kind=None if kind is None else FailureKind(kind),
-            uptime_s=float(d["uptime_s"]),
-            progressed=bool(d["progressed"]),
-        )
+        return from_builtins(d, cls)
 
 
 @dataclass(frozen=True, slots=True)

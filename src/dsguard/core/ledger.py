@@ -18,16 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from dsguard.core.ladder import AttemptRecord, Relaunch
+from dsguard.core.records import as_builtins, from_builtins
 from dsguard.core.remedies import Remedy
 from dsguard.job.knobs import Knobs
-
-
-def _opt_path(value: object) -> Path | None:
-    return None if value is None else Path(str(value))
-
-
-def _opt_str(value: Path | None) -> str | None:
-    return None if value is None else str(value)
 
 
 @dataclass(frozen=True)
@@ -35,7 +28,7 @@ class Ledger:
     """What the loop carries from one attempt to the next (persisted in state.json)."""
 
     knobs: Knobs
-    ckpt_dir: Path | None
+    ckpt_dir: Path | None = None
     positions: Mapping[str, int] = field(default_factory=dict)
     history: tuple[AttemptRecord, ...] = ()
     phase: int = 1
@@ -61,35 +54,13 @@ class Ledger:
         return self.attempt - self.numbered_after
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "knobs": self.knobs.as_dict(),
-            "ckpt_dir": _opt_str(self.ckpt_dir),
-            "positions": dict(self.positions),
-            "history": [h.as_dict() for h in self.history],
-            "phase": self.phase,
-            "phase_output": _opt_str(self.phase_output),
-            "phase_init_from": _opt_str(self.phase_init_from),
-            "caps": sorted(self.caps),
-            "attempt": self.attempt,
-            "remedies": [r.as_dict() for r in self.remedies],
-            "numbered_after": self.numbered_after,
-        }
+        # The one field msgspec cannot order: a set comes out in iteration order, and
+        # state.json keeps the capabilities sorted.
+        return {**as_builtins(self), "caps": sorted(self.caps)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Ledger:
-        return cls(
-            knobs=Knobs.from_dict(dict(d["knobs"])),
-            ckpt_dir=_opt_path(d.get("ckpt_dir")),
-            positions={str(k): int(v) for k, v in dict(d.get("positions") or {}).items()},
-            history=tuple(AttemptRecord.from_dict(h) for h in d.get("history") or []),
-            phase=int(d.get("phase", 1)),
-            phase_output=_opt_path(d.get("phase_output")),
-            phase_init_from=_opt_path(d.get("phase_init_from")),
-            caps=frozenset(str(c) for c in d.get("caps") or ()),
-            attempt=int(d.get("attempt", 0)),
-            remedies=tuple(Remedy.from_dict(r) for r in d.get("remedies") or []),
-            numbered_after=int(d.get("numbered_after", 0)),
-        )
+        return from_builtins(d, cls)
 
 
 def next_attempt(ledger: Ledger) -> Ledger:

@@ -43,6 +43,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsguard.core.records import as_builtins
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import Job
 
@@ -163,7 +164,7 @@ class Fix:
     why: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "old": self.old, "new": self.new, "why": self.why}
+        return as_builtins(self)
 
     def __str__(self) -> str:
         old = "(absent)" if self.old is None else repr(self.old)
@@ -178,7 +179,7 @@ class Problem:
     message: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "message": self.message}
+        return as_builtins(self)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"

@@ -48,6 +48,7 @@ from typing import Any
 
 from dsguard.core.classify import FailureKind
 from dsguard.core.envfacts import EnvFacts, Toolkit
+from dsguard.core.records import as_builtins, from_builtins
 
 __all__ = [
     "ConfigPatch",
@@ -104,11 +105,11 @@ class ConfigPatch:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {"set": dict(self.set), "drop": list(self.drop)}
+        return as_builtins(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ConfigPatch:
-        return cls(set=dict(d.get("set") or {}), drop=tuple(str(p) for p in d.get("drop") or ()))
+        return from_builtins(d, cls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +126,7 @@ class Remedy:
 
     name: str
     kind: FailureKind
-    reason: str
+    reason: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     config: ConfigPatch = field(default_factory=ConfigPatch)
     flags: Mapping[str, str] = field(default_factory=dict)
@@ -134,31 +135,11 @@ class Remedy:
     new_phase: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind.value,
-            "reason": self.reason,
-            "env": dict(self.env),
-            "config": self.config.as_dict(),
-            "flags": dict(self.flags),
-            "flags_anchor": self.flags_anchor,
-            "caveats": list(self.caveats),
-            "new_phase": self.new_phase,
-        }
+        return as_builtins(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Remedy:
-        return cls(
-            name=str(d["name"]),
-            kind=FailureKind(d["kind"]),
-            reason=str(d.get("reason", "")),
-            env={str(k): str(v) for k, v in dict(d.get("env") or {}).items()},
-            config=ConfigPatch.from_dict(d.get("config") or {}),
-            flags={str(k): str(v) for k, v in dict(d.get("flags") or {}).items()},
-            flags_anchor=None if d.get("flags_anchor") is None else str(d["flags_anchor"]),
-            caveats=tuple(str(c) for c in d.get("caveats") or ()),
-            new_phase=bool(d.get("new_phase", False)),
-        )
+        return from_builtins(d, cls)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from dsguard.core.records import as_builtins, from_builtins
 from dsguard.protocol import ATTEMPT_ENV, RUN_ID_ENV
 from dsguard.run.launch import Command
 
@@ -62,24 +63,11 @@ class AttemptRef:
     launcher_create_time: float | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "run_id": self.run_id,
-            "attempt": self.attempt,
-            "sid": self.sid,
-            "started_epoch_s": self.started_epoch_s,
-            "launcher_create_time": self.launcher_create_time,
-        }
+        return as_builtins(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> AttemptRef:
-        ct = d.get("launcher_create_time")
-        return cls(
-            run_id=str(d["run_id"]),
-            attempt=int(str(d["attempt"])),
-            sid=int(str(d["sid"])),
-            started_epoch_s=float(str(d["started_epoch_s"])),
-            launcher_create_time=None if ct is None else float(str(ct)),
-        )
+        return from_builtins(d, cls)
 
 
 @dataclass
