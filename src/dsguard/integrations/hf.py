@@ -9,7 +9,7 @@ can (3) stop training *with* a complete checkpoint when asked, and (4) cap the G
 process may take. Everything follows :mod:`dsguard.protocol`; when ``DSGUARD_HEARTBEAT_DIR``
 is unset (not running under dsguard) the callback does nothing at all.
 
-Rules this code keeps (docs/resume-semantics.md, section 5):
+Rules this code keeps (docs/resuming.md, section 5):
 
 * Heartbeats are per rank, written atomically (``mkstemp`` in the same dir + ``os.replace``),
   with no collectives and no locks; a failing write (disk full, permissions) is logged once

@@ -6,7 +6,7 @@ transformers 5.23.0; it touches a few DeepSpeed internals, each guarded so that 
 that changed them fails with a :class:`ZeroTransplantError` naming the attribute, never with
 a silently wrong resume.
 
-Why this module exists (docs/resume-semantics.md, section 3.4):
+Why this module exists (docs/resuming.md, section 3.4):
 
 * ``engine.load_checkpoint`` dies with a bare ``AssertionError`` (``assert len(self.ckpt_list)
   > 0`` in ``state_dict_factory.py``) when the checkpoint was saved under another ZeRO stage:

@@ -2,7 +2,7 @@
 
 The design constraint is resume exactness under the ladder. HF Trainer stores only
 ``global_step`` in a checkpoint and recomputes the data position from the dataset's *length
-and order* (docs/resume-semantics.md, sections 2 and 3.3). So:
+and order* (docs/resuming.md, sections 2 and 3.3). So:
 
 * one text = one sample, truncated on its own (:class:`TextDataset`), never packed or
   concatenated: lowering ``--model_max_length`` on resume changes what each sample contains,
