@@ -13,6 +13,7 @@ from dsguard.host.memory import (
     tree_rss_bytes,
 )
 from tests.conftest import write_job
+from tests.test_cgroup import _v2
 
 KMSG = (
     b"6,1234,5678,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,"
@@ -35,20 +36,9 @@ def test_unreadable_kernel_log_is_unknown(tmp_path: Path) -> None:
     assert kernel_oom_killed_pids(tmp_path / "missing") is None
 
 
-def _cgroup(tmp_path: Path, files: dict[str, str]) -> tuple[Path, Path]:
-    root = tmp_path / "sys"
-    group = root / "user.slice" / "job.scope"
-    group.mkdir(parents=True)
-    for name, text in files.items():
-        (group / name).write_text(text)
-    proc = tmp_path / "cgroup"
-    proc.write_text("0::/user.slice/job.scope\n")
-    return proc, root
-
-
 def test_cgroup_v2_counter_and_limit(tmp_path: Path) -> None:
-    """memory.events oom_kill and memory.max are read from our cgroup (v2)."""
-    proc, root = _cgroup(
+    """The loop's readers (host.memory) see our cgroup's oom_kill and memory.max (v2)."""
+    proc, root = _v2(
         tmp_path,
         {
             "memory.events": "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n",
@@ -61,7 +51,7 @@ def test_cgroup_v2_counter_and_limit(tmp_path: Path) -> None:
 
 def test_unlimited_cgroup_falls_back_to_host_ram(tmp_path: Path) -> None:
     """memory.max "max" means no cgroup limit: the host's RAM bounds it."""
-    proc, root = _cgroup(tmp_path, {"memory.max": "max\n"})
+    proc, root = _v2(tmp_path, {"memory.max": "max\n"})
     limit = memory_limit_bytes(proc, root)
     assert limit is not None and limit > 1 << 30
 

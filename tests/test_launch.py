@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsguard.core.render import render_deepspeed_config
 from dsguard.job.knobs import DEFAULT_FLAGS, Knobs, Offload
 from dsguard.job.model import CheckpointSpec, DeepSpeedSpec, Job, LauncherKind
-from dsguard.run.launch import build_command, knob_args, render_deepspeed_config
+from dsguard.run.launch import build_command, knob_args
 
 BASE = {
     "train_micro_batch_size_per_gpu": "auto",

@@ -9,6 +9,7 @@ import typing
 from pathlib import Path
 
 from dsguard.core import rungs
+from dsguard.core.render import render_deepspeed_config
 from dsguard.job.file import FlagsSection, TrainSection, _TopSection
 from dsguard.job.knobs import (
     ALWAYS_PASSED_KNOBS,
@@ -33,7 +34,7 @@ from dsguard.job.model import (
     LauncherKind,
 )
 from dsguard.job.quickstart import job_from_command
-from dsguard.run.launch import build_command, knob_args, render_deepspeed_config
+from dsguard.run.launch import build_command, knob_args
 
 
 def _job(launcher: LauncherKind = LauncherKind.PYTHON) -> Job:

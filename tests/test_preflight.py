@@ -16,9 +16,9 @@ from dsguard.core.preflight import (
     check_deepspeed_config,
     uses_hf_trainer,
 )
+from dsguard.core.render import render_deepspeed_config
 from dsguard.job.knobs import DEFAULT_FLAGS, Knobs, Offload
 from dsguard.job.model import DeepSpeedSpec, Job, LauncherKind
-from dsguard.run.launch import render_deepspeed_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "deepspeed"
 KNOBS = Knobs(micro_batch_size=4, gradient_accumulation_steps=2, zero_stage=2)

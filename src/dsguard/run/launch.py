@@ -12,9 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# The renderer lives in the core (with the remedies and preflight it is always used with);
-# re-exported here for the callers that import it from launch.
-from dsguard.core.render import render_deepspeed_config
 from dsguard.job.knobs import ALWAYS_PASSED_KNOBS, FLAG_KNOBS, Knobs
 from dsguard.job.model import Job, LauncherKind
 from dsguard.protocol import (
@@ -29,7 +26,7 @@ from dsguard.protocol import (
     RUN_ID_ENV,
 )
 
-__all__ = ["Command", "build_command", "knob_args", "render_deepspeed_config"]
+__all__ = ["Command", "build_command", "knob_args"]
 
 if TYPE_CHECKING:
     # Imported where used: the remedies pull in the classifier's and envfacts' regex tables,

@@ -62,7 +62,7 @@ from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
 from dsguard.run import checkpoints as ckpts
 from dsguard.run.events import EventLog
 from dsguard.run.heartbeat import capabilities
-from dsguard.run.host import GPU_RELEASE_TIMEOUT_S, Attempt, Host, RealHost
+from dsguard.run.host import Attempt, Host, RealHost
 from dsguard.run.launch import Command, build_command
 from dsguard.run.lock import JobLock, acquire
 from dsguard.run.logdir import LogDir, ensure_log_dir
@@ -71,7 +71,7 @@ from dsguard.run.proc import AttemptRef, EndReport
 from dsguard.run.sdnotify import Notifier, child_env
 from dsguard.run.state import StateMachine, read_state, write_json_atomic
 
-__all__ = ["GPU_RELEASE_TIMEOUT_S", "Ledger", "Supervisor", "new_run_id"]
+__all__ = ["Supervisor", "highest_attempt_used", "new_run_id"]
 
 #: Main-loop tick while an attempt runs. Fatal lines and stop requests wake it at once (an
 #: event); only a plain launcher exit waits for the tick (bench P4: 20 wakeups/s cost CPU).
