@@ -50,6 +50,14 @@ def heartbeat_path(heartbeat_dir: Path, attempt: int, rank: int) -> Path:
     return heartbeat_dir / f"attempt-{attempt}-rank-{rank}.json"
 
 
+def heartbeat_history_path(heartbeat_dir: Path, attempt: int, rank: int) -> Path:
+    """Every heartbeat of one rank, appended one JSON line each (``dsguard report`` draws the
+    loss and memory curves from it; :func:`heartbeat_path` holds only the latest). Appended
+    with one ``write`` per line, so a reader sees whole lines; a torn last line left by a
+    killed rank is skipped by readers."""
+    return heartbeat_dir / f"attempt-{attempt}-rank-{rank}.jsonl"
+
+
 def stop_request_path(control_dir: Path, attempt: int) -> Path:
     """Existence of this file asks attempt ``attempt`` to save a checkpoint and stop."""
     return control_dir / f"stop-attempt-{attempt}.json"

@@ -195,6 +195,7 @@ class DsguardCallback(TrainerCallback):
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
+            self._append_history(beat)
         except Exception as exc:  # never let reporting kill training
             if not self._write_failed:
                 self._write_failed = True
@@ -203,6 +204,18 @@ class DsguardCallback(TrainerCallback):
                     "further failures are not logged",
                     exc,
                 )
+
+    def _append_history(self, beat: protocol.Heartbeat) -> None:
+        """One line per heartbeat in the rank's history file (the loss curve of the report).
+        One ``os.write`` on an O_APPEND descriptor: a reader never sees half a line from
+        this writer. A failure is the caller's (logged once, training goes on)."""
+        assert self.heartbeat_dir is not None
+        path = protocol.heartbeat_history_path(self.heartbeat_dir, self.attempt, self._rank)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, protocol.encode_heartbeat(beat) + b"\n")
+        finally:
+            os.close(fd)
 
     # -- save-and-stop -------------------------------------------------------------------------
 
