@@ -469,6 +469,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="JSON even on a terminal")
     st.set_defaults(func=cmd_status)
 
+    from dsguard.cli.report import add_parser as add_report_parser
+
+    add_report_parser(sub)
+
     svc = sub.add_parser("service", help="systemd integration")
     svc_sub = svc.add_subparsers(dest="service_cmd", required=True)
     inst = svc_sub.add_parser("install", help="write the unit and the job's environment file")

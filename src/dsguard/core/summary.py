@@ -340,7 +340,7 @@ def _points(view: RunView, beats: Mapping[int, Sequence[Mapping[str, Any]]]) -> 
             by_step[step] = Point(n, phase, t, step, loss, gpu, host, step <= seen_before)
         pts = sorted(by_step.values(), key=lambda p: (p.t_s, p.step))
         if pts:
-            furthest[phase] = max(seen_before, max(p.step for p in pts))
+            furthest[phase] = max(seen_before, *(p.step for p in pts))
         out.extend(pts)
     return out
 

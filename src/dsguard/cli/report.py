@@ -1,0 +1,64 @@
+"""``dsguard report``: the page of one run (or one section per log dir, or per queued job)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dsguard.exitcodes import EXIT_OK, EXIT_USAGE
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    from dsguard.core.summary import summary_line
+    from dsguard.report.html import page
+    from dsguard.report.load import queue_dir, queue_log_dirs, read_log_dir
+
+    dirs = [Path(p) for p in ns.log_dirs]
+    if ns.queue:
+        dirs += queue_log_dirs()
+        if not dirs:
+            print(f"dsguard report: no job log dirs found for the queue in {queue_dir()}",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+    if not dirs:
+        print("dsguard report: give a log dir (or several, or --queue)", file=sys.stderr)
+        return EXIT_USAGE
+    views = []
+    for d in dirs:
+        try:
+            view = read_log_dir(d)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            print(f"dsguard report: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        views.append((f"{view.job or d.name}  [{d}]", view))
+        print(f"{d}: {summary_line(view)}")
+    out = Path(ns.out) if ns.out else (dirs[0] / "report.html" if len(dirs) == 1 else
+                                       Path("dsguard-report.html"))  # fmt: skip
+    out.write_text(page(views), encoding="utf-8")
+    print(f"report: {out}")
+    if ns.png:
+        from dsguard.report.png import NoBrowserError, screenshot
+
+        try:
+            screenshot(out, Path(ns.png), height=ns.height)
+        except (NoBrowserError, RuntimeError) as exc:
+            print(f"dsguard report: --png: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"picture: {ns.png}")
+    return EXIT_OK
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    rp = sub.add_parser(
+        "report",
+        help="one self-contained HTML page of a run: timeline, knobs, loss, memory",
+        description="dsguard report LOG_DIR [LOG_DIR ...] [--out F.html] [--png F.png]; "
+        "several log dirs (or --queue) give one section per job.",
+    )
+    rp.add_argument("log_dirs", nargs="*", metavar="LOG_DIR")
+    rp.add_argument("--out", help="HTML file (default: LOG_DIR/report.html)")
+    rp.add_argument("--png", help="also render the page to this PNG (needs Chromium)")
+    rp.add_argument("--height", type=int, default=1600, help="PNG height in pixels")
+    rp.add_argument("--queue", action="store_true", help="every job of the queue")
+    rp.set_defaults(func=cmd_report)

@@ -1,0 +1,112 @@
+"""Read what a report is made of: a log dir's events, its heartbeat history, the job's
+memory limit, and the queue's list of log dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dsguard.core.events import EVENTS
+from dsguard.core.summary import RunView, build
+from dsguard.protocol import HEARTBEAT_SUBDIR
+from dsguard.run.logdir import LogDir
+
+_HISTORY = re.compile(r"attempt-(\d+)-rank-(\d+)\.jsonl")
+#: Where the queue keeps its state unless ``DSGUARD_QUEUE_DIR`` says otherwise.
+QUEUE_DIR_ENV = "DSGUARD_QUEUE_DIR"
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    """Every whole JSON object line of ``path``; a torn last line (a writer killed mid-line)
+    and any line that is not a JSON object are skipped."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    for raw in data.split(b"\n")[:-1]:  # the part after the last newline is torn or empty
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def read_history(heartbeat_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """``{attempt: [heartbeat, ...]}`` from every rank's history file; a missing dir is no
+    history (a trainer without dsguard's callback writes none)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    try:
+        names = sorted(os.listdir(heartbeat_dir))
+    except OSError:
+        return out
+    for name in names:
+        m = _HISTORY.fullmatch(name)
+        if m is not None:
+            out.setdefault(int(m.group(1)), []).extend(_lines(heartbeat_dir / name))
+    return out
+
+
+def host_limit_bytes(job_file: str | None) -> int | None:
+    """The job file's ``resources.host_memory_limit``, if the file is still there and loads;
+    the report draws it as the host-memory limit. Never raises: the file may have been
+    edited or moved since the run."""
+    if not job_file:
+        return None
+    try:
+        from dsguard.job.file import load_job
+
+        return load_job(Path(job_file)).resources.host_memory_limit_bytes
+    except Exception:  # a job file that no longer loads only costs the limit line
+        return None
+
+
+def read_log_dir(log_dir: Path) -> RunView:
+    """The newest run in ``log_dir``.
+
+    Raises:
+        FileNotFoundError: the log dir has no ``events.jsonl``.
+    """
+    logs = LogDir(log_dir)
+    if not logs.events.is_file():
+        raise FileNotFoundError(f"{logs.events}: no event log")
+    events = list(_lines(logs.events))
+    beats = read_history(log_dir / HEARTBEAT_SUBDIR)
+    view = build(events, beats, known_events=EVENTS)
+    view.host_limit_bytes = host_limit_bytes(view.job_file)
+    return view
+
+
+def queue_dir() -> Path:
+    """``DSGUARD_QUEUE_DIR``, default ``~/.local/share/dsguard/queue`` (the XDG data dir)."""
+    env = os.environ.get(QUEUE_DIR_ENV)
+    if env:
+        return Path(env)
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "dsguard" / "queue"
+
+
+def queue_log_dirs(root: Path | None = None) -> list[Path]:
+    """The log dirs of the queue's jobs, oldest first.
+
+    The queue (issue 16) keeps its state in SQLite under :func:`queue_dir`; that code is not
+    on this branch, so this reads the one thing a report needs from it through the
+    documented seam below and is to be wired to the queue's own reader at merge. Until
+    then: a ``log_dirs.txt`` in the queue dir (one log dir per line) if present, else every
+    directory under ``QUEUE_DIR/logs`` that holds an ``events.jsonl``.
+    """
+    root = queue_dir() if root is None else root
+    listed = root / "log_dirs.txt"
+    if listed.is_file():
+        lines = listed.read_text(encoding="utf-8").splitlines()
+        return [Path(s.strip()) for s in lines if s.strip()]
+    logs = root / "logs"
+    try:
+        found = [p for p in logs.iterdir() if (p / "events.jsonl").is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: (p / "events.jsonl").stat().st_mtime)
