@@ -142,9 +142,13 @@ def heartbeat(args: argparse.Namespace, event: str, step: int) -> None:
         "event": event, "global_step": step, "loss": 1.0 / max(step, 1),
         "capabilities": ["heartbeat", "save_and_stop"],
     }  # fmt: skip
+    with open("/proc/self/statm", encoding="ascii") as f:  # real resident memory
+        record["host_rss_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     os.replace(tmp, path)
+    with open(path.with_suffix(".jsonl"), "a", encoding="utf-8") as f:  # the history
+        f.write(json.dumps(record) + "\n")
 
 
 def stop_requested() -> bool:

@@ -398,6 +398,10 @@ def changes_words(changes: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _first_of_phase(view: RunView, a: AttemptView) -> bool:
+    return not any(b.phase == a.phase and b.number < a.number for b in view.attempts)
+
+
 def summary_line(view: RunView) -> str:
     """``succeeded after 3 attempts; micro 8 -> 2, accumulation 1 -> 4, global batch kept;
     4 min of training lost``. Says "global batch kept" only when the events show it."""
@@ -420,6 +424,10 @@ def summary_line(view: RunView) -> str:
         what = f"{what}, {batch}" if what else f"no knob changed, {batch}"
     if what:
         parts.append(what)
+    new_phases = [a.number for a in view.attempts if a.phase > 1 and _first_of_phase(view, a)]
+    if new_phases:
+        at = ", ".join(f"#{n}" for n in new_phases)
+        parts.append(f"new phase from attempt {at} (not an exact resume)")
     if view.lost_s > 0 or n > 1:
         bound = "" if view.lost_exact else "at most "
         parts.append(f"{bound}{duration_words(view.lost_s)} of training lost")

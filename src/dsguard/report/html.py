@@ -284,24 +284,23 @@ def _f(v: int | None) -> float | None:
     return None if v is None else float(v)
 
 
+def _last(a: AttemptView) -> str:
+    if a.last_step is None:
+        return "-"
+    return f"{a.last_step}" + ("" if a.last_loss is None else f" ({a.last_loss:.4g})")
+
+
+def _rate(a: AttemptView) -> str:
+    if a.samples_per_s is None:
+        return "-"
+    tokens = "" if a.tokens_per_s is None else f" ({a.tokens_per_s:.4g})"
+    return f"{a.samples_per_s:.3g}{tokens}"
+
+
 def attempts_table(view: RunView) -> str:
-    head = (
-        "#",
-        "phase",
-        "start",
-        "duration",
-        "knobs",
-        "changed before it",
-        "resumed at",
-        "end",
-        "failure",
-        "next move",
-        "last step",
-        "loss",
-        "lost",
-        "samples/s",
-        "tokens/s",
-    )
+    head = ("#", "phase", "start", "duration", "knobs", "changed before it", "resumed at",
+            "end", "failure", "next move", "last step (loss)", "lost",
+            "samples/s (tokens/s)")  # fmt: skip
     rows = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     prev: AttemptView | None = None
     for a in view.attempts:
@@ -318,11 +317,8 @@ def attempts_table(view: RunView) -> str:
             "-" if a.duration_s is None else duration_words(a.duration_s),
             format_knobs(a.knobs) + (f"; global batch {a.global_batch}" if a.global_batch else ""),
             changed or "-", "fresh" if a.resume_step is None else f"step {a.resume_step}",
-            end, a.kind or "-", move or "-", "-" if a.last_step is None else a.last_step,
-            "-" if a.last_loss is None else f"{a.last_loss:.4g}",
-            duration_words(a.lost_s) if a.lost_s else "-",
-            "-" if a.samples_per_s is None else f"{a.samples_per_s:.3g}",
-            "-" if a.tokens_per_s is None else f"{a.tokens_per_s:.4g}",
+            end, a.kind or "-", move or "-", _last(a),
+            duration_words(a.lost_s) if a.lost_s else "-", _rate(a),
         )  # fmt: skip
         rows.append("<tr>" + "".join(
             f'<td class="w">{_e(c)}</td>' if i in (4, 5) else f"<td>{_e(c)}</td>"
