@@ -102,6 +102,13 @@ class RunView:
     unknown_events: dict[str, int] = field(default_factory=dict)
     earlier_runs: int = 0
 
+    def points_by_attempt(self) -> dict[int, list[Point]]:
+        """The points grouped by attempt, in time order (one pass, not one per attempt)."""
+        out: dict[int, list[Point]] = {}
+        for p in self.points:
+            out.setdefault(p.attempt, []).append(p)
+        return out
+
     @property
     def lost_s(self) -> float:
         return sum(a.lost_s for a in self.attempts)
@@ -349,8 +356,9 @@ def _rates(view: RunView) -> None:
     """Samples per second from the heartbeat history (steps x global batch over time),
     unless an event reported a rate itself; the peaks from heartbeats when the attempt's
     ``attempt_finished`` lacks them (a run still going, or one killed with dsguard)."""
+    groups = view.points_by_attempt()
     for a in view.attempts:
-        pts = [p for p in view.points if p.attempt == a.number]
+        pts = groups.get(a.number, [])
         if a.gpu_peak_bytes is None:
             a.gpu_peak_bytes = max((p.gpu_bytes for p in pts if p.gpu_bytes), default=None)
         if a.host_peak_bytes is None:
@@ -367,6 +375,7 @@ def _rates(view: RunView) -> None:
 
 
 def _lost(view: RunView) -> None:
+    groups = view.points_by_attempt()
     for i, a in enumerate(view.attempts):
         if a.duration_s is None:
             continue
@@ -376,7 +385,7 @@ def _lost(view: RunView) -> None:
         keep = (nxt.resume_step if nxt is not None else a.resume_step) or 0
         if nxt is not None and nxt.phase != a.phase and nxt.resume_step is None:
             keep = 0
-        pts = [p for p in view.points if p.attempt == a.number]
+        pts = groups.get(a.number, [])
         end = a.end_s if a.end_s is not None else a.start_s
         assert end is not None and a.start_s is not None
         if not pts:

@@ -92,6 +92,29 @@ def _span(view: RunView) -> tuple[float, float]:
     return lo, max(*times, lo + 1.0)
 
 
+def _break_mark(a: AttemptView, px: float, rows: list[float]) -> str:
+    """The red mark where an attempt broke, labelled with kind and rung on the first text
+    row with room for it; with no room (a long night of short attempts) only the tooltip
+    says it, rather than labels printed over each other."""
+    label = f"{a.kind}{' (hang)' if a.hang else ''} -> {a.rung or 'give up'}"
+    width = 6.2 * len(label)
+    out = (
+        f'<line x1="{px:.1f}" y1="22" x2="{px:.1f}" y2="48" stroke="{FAIL}" stroke-width="2">'
+        f"<title>attempt {a.number}: {_e(label)}</title></line>"
+    )
+    left = px - width if px + width > W else px
+    for r, y in enumerate((18, 8)):
+        if left > rows[r] + 8:
+            rows[r] = left + width
+            anchor = "end" if left < px else "start"
+            out += (
+                f'<text x="{px:.1f}" y="{y}" text-anchor="{anchor}" style="fill:{FAIL}">'
+                f"{_e(label)}</text>"
+            )
+            break
+    return out
+
+
 def timeline_svg(view: RunView) -> str:
     """Attempts as bars (colour: phase; red tail: time no later attempt kept), grey gaps for
     backoff and GPU-release waits, the failure kind and rung at each break, phase marks."""
@@ -100,6 +123,7 @@ def timeline_svg(view: RunView) -> str:
     x = _Axis(t0, t1, PAD_L, W - PAD_R)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" role="img">']
     out.append('<text x="4" y="38">attempts</text><text x="4" y="62">phase</text>')
+    rows = [-1e9, -1e9]  # right edge of the last failure label on each of two text rows
     for i, a in enumerate(view.attempts):
         if a.start_s is None:
             continue
@@ -116,9 +140,8 @@ def timeline_svg(view: RunView) -> str:
                 f'<rect x="{lx:.1f}" y="40" width="{x1 - lx:.1f}" height="4" fill="{LOST}">'
                 f"<title>{duration_words(a.lost_s)} lost</title></rect>"
             )
-        out.append(
-            f'<text x="{x0 + 3:.1f}" y="39" fill="#fff" style="fill:#fff">#{a.number}</text>'
-        )
+        if x1 - x0 >= 8 * len(str(a.number)) + 12:
+            out.append(f'<text x="{x0 + 3:.1f}" y="39" style="fill:#fff">#{a.number}</text>')
         nxt = view.attempts[i + 1] if i + 1 < len(view.attempts) else None
         if nxt is not None and nxt.start_s is not None and nxt.start_s > end:
             out.append(
@@ -127,13 +150,7 @@ def timeline_svg(view: RunView) -> str:
                 f"{a.delay_s:g} s, GPU release {a.gpu_wait_s:.1f} s)</title></rect>"
             )
         if a.kind:
-            label = f"{a.kind}{' (hang)' if a.hang else ''} -> {a.rung or 'give up'}"
-            anchor = "end" if x1 > W * 0.7 else "start"
-            out.append(
-                f'<line x1="{x1:.1f}" y1="22" x2="{x1:.1f}" y2="48" stroke="{FAIL}" '
-                f'stroke-width="2"/><text x="{x1:.1f}" y="{18 if i % 2 == 0 else 10}" '
-                f'text-anchor="{anchor}" style="fill:{FAIL}">{_e(label)}</text>'
-            )
+            out.append(_break_mark(a, x1, rows))
     for phase, t, reason in view.phases:
         if t is None:
             continue
@@ -184,6 +201,9 @@ def loss_svg(view: RunView) -> str:
     x = _Axis(t0, t1, PAD_L, W - PAD_R)
     losses = [p.loss for p in pts if p.loss is not None]
     y = _Axis(min(losses), max(losses), bottom, top)
+    groups: dict[int, list[Point]] = {}
+    for p in pts:
+        groups.setdefault(p.attempt, []).append(p)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" role="img">']
     for v in _ticks(y.lo, y.hi):
         out.append(
@@ -192,7 +212,7 @@ def loss_svg(view: RunView) -> str:
             f'text-anchor="end">{v:g}</text>'
         )
     for a in view.attempts:
-        mine = _thin([p for p in pts if p.attempt == a.number])
+        mine = _thin(groups.get(a.number, []))
         colour = PHASE_COLOURS[(a.phase - 1) % len(PHASE_COLOURS)]
         replay = [p for p in mine if p.replayed]
         fresh = [p for p in mine if not p.replayed]

@@ -3,18 +3,20 @@ memory limit, and the queue's list of log dirs."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from dsguard.core.events import EVENTS
 from dsguard.core.summary import RunView, build
 from dsguard.protocol import HEARTBEAT_SUBDIR
 from dsguard.run.logdir import LogDir
 
+_decode = msgspec.json.Decoder().decode
 _HISTORY = re.compile(r"attempt-(\d+)-rank-(\d+)\.jsonl")
 #: Where the queue keeps its state unless ``DSGUARD_QUEUE_DIR`` says otherwise.
 QUEUE_DIR_ENV = "DSGUARD_QUEUE_DIR"
@@ -29,8 +31,8 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
         return
     for raw in data.split(b"\n")[:-1]:  # the part after the last newline is torn or empty
         try:
-            obj = json.loads(raw)
-        except ValueError:
+            obj = _decode(raw)
+        except msgspec.DecodeError:
             continue
         if isinstance(obj, dict):
             yield obj
