@@ -579,5 +579,46 @@ EVENTS.update({"console_lost": ConsoleLost, "log_dir_recreated": LogDirRecreated
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 
+# -- issue 17: notifications and metrics ------------------------------------------------------
+# Appended here (not in the table above) so parallel additions merge as separate blocks.
+
+
+class NotificationSent(Event):
+    """A notification (give-up, success, new phase, hang) reached its service. ``url`` is
+    redacted to its scheme and host: apprise URLs carry tokens and passwords."""
+
+    trigger: str
+    url: str
+    tries: int
+
+
+class NotificationFailed(Event):
+    """A notification could not be delivered after its bounded retries; training is never
+    held up by it (notifications are sent from a background thread)."""
+
+    trigger: str
+    url: str
+    tries: int
+    error: str
+
+
+class OutputUnavailable(Event):
+    """A configured output (``notify``, ``metrics.http_port``) cannot work in this install
+    or on this host (a missing optional package, a port in use): said once, then ignored."""
+
+    output: str
+    reason: str
+
+
+EVENTS.update(
+    {
+        "notification_sent": NotificationSent,
+        "notification_failed": NotificationFailed,
+        "output_unavailable": OutputUnavailable,
+    }
+)
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
+
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

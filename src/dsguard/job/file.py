@@ -16,6 +16,7 @@ dsguard owns) run afterwards over whatever parts validated, using the same locat
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import errno
 import json
@@ -53,7 +54,9 @@ from dsguard.job.model import (
     Ladder,
     LauncherKind,
     Limits,
+    Outputs,
     Resources,
+    redact_url,
 )
 from dsguard.job.schema import (
     Bool,
@@ -182,6 +185,14 @@ class _TopSection(Section):
     world_size: int | None = spec(Int(ge=1, le=MAX_WORLD_SIZE), None)
     env: dict[str, str] = spec(StrMap(), {}, nullable=False)
     log_dir: str | None = spec(Str(), None)
+    notify: list[str] | None = spec(ListOf(Str()), None)  # issue 17: apprise URLs
+
+
+class MetricsSection(Section):
+    """``metrics:`` (issue 17): a node_exporter textfile and/or a localhost HTTP port."""
+
+    textfile: str | None = spec(Str(), None)
+    http_port: int | None = spec(Int(ge=1, le=65535), None)
 
 
 _SECTIONS: dict[str, type[Section]] = {
@@ -192,6 +203,7 @@ _SECTIONS: dict[str, type[Section]] = {
     "ladder": LadderSection,
     "limits": LimitsSection,
     "resources": ResourcesSection,
+    "metrics": MetricsSection,
 }
 #: Sections (and lists/maps) where an empty ``key:`` (YAML null) just means "not given":
 #: templates often keep the key with every entry commented out.
@@ -843,8 +855,12 @@ def load_job(path: Path, *, writable: bool = False) -> Job:
         ladder=section("ladder", LadderSection),
         limits=section("limits", LimitsSection),
         resources=section("resources", ResourcesSection),
+        metrics=section("metrics", MetricsSection),
     )
     job = _build(ctx, base_dir, source, parsed, writable=writable)
+    outputs = _build_outputs(ctx, parsed, base_dir)
+    if job is not None:
+        job = dataclasses.replace(job, outputs=outputs)
     if job is None and not ctx.problems:  # every path to None records why; never raise empty
         ctx.add((), "the job could not be built (a dsguard bug: no problem was recorded)")
     if ctx.problems or job is None:
@@ -893,6 +909,7 @@ class _Sections:
     ladder: _Checked[LadderSection] | None
     limits: _Checked[LimitsSection] | None
     resources: _Checked[ResourcesSection] | None = None
+    metrics: _Checked[MetricsSection] | None = None
 
 
 _SIZE_UNITS = {
@@ -1320,3 +1337,35 @@ def _build(
         log_dir=log_dir,
         resources=resources,
     )
+
+
+# -- issue 17: notifications and metrics ------------------------------------------------------
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+
+
+def _build_outputs(ctx: _Context, parsed: _Sections, base_dir: Path) -> Outputs:
+    """``notify:`` and ``metrics:``. A notify URL is only checked for its shape here (the
+    apprise package is optional and slow to import); problems never echo a URL whole, since
+    its path or user part is often the credential."""
+    top = parsed.top.model
+    urls: list[str] = []
+    for i, url in enumerate((top.notify if top is not None else None) or []):
+        if _URL.fullmatch(url.strip()) is None:
+            ctx.add(("notify", i), f"{redact_url(url)} is not an apprise URL (scheme://...), "
+                    "e.g. jsons://host/path, slack://..., mailto://...")  # fmt: skip
+        else:
+            urls.append(url.strip())
+    textfile: Path | None = None
+    port: int | None = None
+    m = parsed.metrics.model if parsed.metrics is not None else None
+    if m is not None:
+        port = m.http_port
+        if m.textfile is not None:
+            textfile = _absolute(base_dir, m.textfile)
+            if textfile.suffix != ".prom":
+                ctx.add(("metrics", "textfile"), f"{textfile}: node_exporter's textfile "
+                        "collector reads only *.prom files; name it e.g. dsguard.prom")  # fmt: skip
+            elif not textfile.parent.is_dir():
+                ctx.add(("metrics", "textfile"), f"directory not found: {textfile.parent}")
+    return Outputs(notify=tuple(urls), metrics_textfile=textfile, metrics_http_port=port)

@@ -156,3 +156,39 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     log_dir: Path = Path("runs")
     resources: Resources = field(default_factory=Resources)
+    # A lambda: Outputs is defined below, in its own block (issue 17).
+    outputs: Outputs = field(default_factory=lambda: Outputs())  # noqa: PLW0108
+
+
+# -- issue 17: notifications and metrics ------------------------------------------------------
+
+#: Apprise schemes that are plain web hooks: the host is shown in logs, the rest redacted.
+_WEBHOOK_SCHEMES = frozenset({"json", "jsons", "form", "forms", "xml", "xmls"})
+
+
+def redact_url(url: str) -> str:
+    """``url`` safe to log: an apprise URL carries its credentials in the user part, the
+    path (``tgram://BOT_TOKEN/CHAT``, ``discord://ID/TOKEN``) or the query, so only the
+    scheme survives, plus the host of a plain web hook (``jsons://hooks.example.com/...``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<redacted>"
+    if scheme.lower() in _WEBHOOK_SCHEMES:
+        host = rest.split("/", 1)[0].rsplit("@", 1)[-1].split("?", 1)[0]
+        return f"{scheme}://{host}/<redacted>"
+    return f"{scheme}://<redacted>"
+
+
+@dataclass(frozen=True, slots=True)
+class Outputs:
+    """What dsguard tells the outside world besides its log dir.
+
+    ``notify``: apprise URLs (Slack, Discord, Telegram, e-mail, ntfy, ``json://`` web hooks)
+    told about a give-up, a success, a new phase and a hang. ``metrics_textfile``: a
+    node_exporter textfile-collector file (``*.prom``) rewritten atomically; and
+    ``metrics_http_port``: a ``/metrics`` endpoint on 127.0.0.1 (prometheus-client).
+    """
+
+    notify: tuple[str, ...] = ()
+    metrics_textfile: Path | None = None
+    metrics_http_port: int | None = None

@@ -350,6 +350,11 @@ class EventLog:
             ordered.update((k, v) for k, v in ev.items() if k != "event")
             return ordered
 
+        #: Called with every event as written (redacted) and this log, after the write:
+        #: notifications and metrics ride on the event stream instead of on the loop. An
+        #: exception from a listener is swallowed (the listener reports its own problems):
+        #: a notification or metrics bug must never stop training.
+        self.listeners: list[Callable[[dict[str, Any], EventLog], None]] = []
         self._log: Any = structlog.wrap_logger(
             self._writer,
             processors=[redact_processor, stamp, _Render(console is not None)],
@@ -387,6 +392,10 @@ class EventLog:
         written: dict[str, Any] = self._log.msg(name, **data)
         if problem is not None:
             self._log.msg("event_invalid", invalid_event=name, error=problem)
+        for listener in self.listeners:
+            # A notification or metrics bug must never stop training.
+            with contextlib.suppress(Exception):
+                listener(written, self)
         return written
 
     def _start_on_new_line(self) -> None:

@@ -232,6 +232,8 @@ class Supervisor:
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     notifier: Notifier = field(default_factory=Notifier)
+    #: Called with every event written (see ``EventLog.listeners``): notifications, metrics.
+    listeners: tuple[Callable[[dict[str, Any], EventLog], None], ...] = ()
 
     _wake: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_signal: int | None = field(default=None, init=False)
@@ -325,6 +327,7 @@ class Supervisor:
             now=self.now, job=self.job.name,
         )  # fmt: skip
         self._logs_opened.append(events)
+        events.listeners.extend(self.listeners)
         return events
 
     def _check_log_dir(self, run: _Run) -> None:
