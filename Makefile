@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	DS_BUILD_OPS=0 $(PY) -m pip install -q -e '.[dev,train]'
+	DS_BUILD_OPS=0 $(PY) -m pip install -q -e '.[dev,train,notify]'
 	touch $@
 
 lint: $(VENV)/.installed

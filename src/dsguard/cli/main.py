@@ -114,10 +114,14 @@ def cmd_run(ns: argparse.Namespace) -> int:
         print("dsguard: nothing was launched", file=sys.stderr)
         return EXIT_USAGE
 
+    from dsguard.cli.report import run_outputs
+
+    listeners, close_outputs = run_outputs(job)  # notify: and metrics: (issue 17)
     sup = Supervisor(
         job,
         console=sys.stderr,
         echo=None if ns.quiet else sys.stdout.buffer,
+        listeners=listeners,
     )
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -151,6 +155,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
         print(f"dsguard run: cannot create the log dir or take the job lock: {exc}",
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    finally:
+        close_outputs()  # queued notifications get their chance; metrics threads stop
 
 
 def cmd_validate(ns: argparse.Namespace) -> int:

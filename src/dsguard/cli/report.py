@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dsguard.exitcodes import EXIT_OK, EXIT_USAGE
+from dsguard.job.model import Job
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
@@ -35,7 +38,9 @@ def cmd_report(ns: argparse.Namespace) -> int:
         print(f"{d}: {summary_line(view)}")
     out = Path(ns.out) if ns.out else (dirs[0] / "report.html" if len(dirs) == 1 else
                                        Path("dsguard-report.html"))  # fmt: skip
-    out.write_text(page(views), encoding="utf-8")
+    from dsguard.run.safefs import write_atomic
+
+    write_atomic(out, page(views).encode(), mode=0o644, check_owner=False)
     print(f"report: {out}")
     if ns.png:
         from dsguard.report.png import NoBrowserError, screenshot
@@ -62,3 +67,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     rp.add_argument("--height", type=int, default=1600, help="PNG height in pixels")
     rp.add_argument("--queue", action="store_true", help="every job of the queue")
     rp.set_defaults(func=cmd_report)
+
+
+def run_outputs(job: Job) -> tuple[tuple[Callable[[dict[str, Any], Any], None], ...],
+                                   Callable[[], None]]:  # fmt: skip
+    """The event-log listeners for the job's ``notify:`` and ``metrics:``, and what to call
+    when the run is over (lets queued notifications go out, stops the metrics threads)."""
+    listeners: list[Callable[[dict[str, Any], Any], None]] = []
+    closers: list[Callable[[], None]] = []
+    out = job.outputs
+    if out.notify:
+        from dsguard.report.notify import Notifications
+
+        notes = Notifications(out.notify, job.log_dir)
+        listeners.append(notes)
+        closers.append(notes.close)
+    if out.metrics_textfile is not None or out.metrics_http_port is not None:
+        from dsguard.report.metrics import Metrics
+
+        metrics = Metrics(job.name, job.log_dir, textfile=out.metrics_textfile,
+                          http_port=out.metrics_http_port)  # fmt: skip
+        listeners.append(metrics)
+        closers.append(metrics.close)
+
+    def close() -> None:
+        for fn in closers:
+            fn()
+
+    return tuple(listeners), close

@@ -422,7 +422,7 @@ def summary_line(view: RunView) -> str:
         why = f" ({view.reason})" if view.reason else ""
         head = f"{view.outcome} after {att}{why}"
     elif view.outcome == "running":
-        head = f"no end recorded yet (running, or dsguard was killed) after {att}"
+        head = f"no end recorded (still running, or dsguard was killed); {att} so far"
     else:
         head = "no run recorded"
     parts = [head]
