@@ -3,6 +3,7 @@ and the page rendered by a real headless Chromium where one is installed."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import subprocess
@@ -226,3 +227,49 @@ def test_the_page_renders_in_a_real_headless_browser(tmp_path: Path) -> None:
     phase1, phase2 = bytes.fromhex("2f6fbf"), bytes.fromhex("c2410c")
     assert phase1 in colours and phase2 in colours
     assert f"picture: {png}" in res.stdout
+
+
+# -- sparklines and --since -------------------------------------------------------------------
+
+
+def test_sparkline_scales_to_the_blocks() -> None:
+    from dsguard.core.summary import sparkline
+
+    assert sparkline([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([5.0, None, 5.0]) == "▁ ▁"
+    assert len(sparkline([float(i) for i in range(1000)], width=40)) == 40
+    assert sparkline([]) == ""
+
+
+def test_events_and_status_show_loss_and_memory_lines(tmp_path: Path) -> None:
+    log = _copy("phase", tmp_path)
+    ev = subprocess.run([sys.executable, "-m", "dsguard", "events", str(log), "--event",
+                         "run_succeeded"], capture_output=True, text=True, check=False)  # fmt: skip
+    assert ev.returncode == 0, ev.stderr
+    lines = ev.stdout.splitlines()
+    assert "SUCCEEDED after 3 attempt(s)" in lines[0]
+    loss = next(x for x in lines if x.startswith("loss"))
+    assert "1 -> 0.08333" in loss and "3 attempt(s)" in loss and "█" in loss
+    assert any(x.startswith("host mem") for x in lines)
+
+
+def test_events_since(tmp_path: Path) -> None:
+    from dsguard.cli.report import since_epoch
+
+    assert since_epoch("2h", now=10_000.0) == 10_000.0 - 7200
+    assert since_epoch("90s", now=100.0) == 10.0
+    assert since_epoch("2026-11-23T16:51:26") == since_epoch("2026-11-23T16:51:26+00:00")
+    assert since_epoch("yesterday") is None
+    log = _copy("phase", tmp_path)
+
+    def events(*args: str) -> list[str]:
+        res = subprocess.run([sys.executable, "-m", "dsguard", "events", str(log), "--json",
+                              *args], capture_output=True, text=True, check=False)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        return res.stdout.splitlines()
+
+    everything = events()
+    late = events("--since", "2026-11-23T16:51:26")
+    assert 0 < len(late) < len(everything)
+    assert all(json.loads(x)["ts"] >= "2026-11-23T16:51:26" for x in late)
+    assert events("--since", "1m") == []  # the fixture's run is older than a minute

@@ -333,6 +333,15 @@ def cmd_events(ns: argparse.Namespace) -> int:
         print(f"dsguard events: {path}: no event log", file=sys.stderr)
         return EXIT_USAGE
     wanted = set(ns.event or [])
+    since = None
+    if ns.since is not None:
+        from dsguard.cli.report import since_epoch
+
+        since = since_epoch(ns.since)
+        if since is None:
+            print(f"dsguard events: --since {ns.since!r}: write e.g. 90s, 30m, 2h, 1d or an "
+                  "ISO time (2026-01-31T22:00)", file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
     if ns.follow:
         from dsguard.run.follow import follow
 
@@ -347,10 +356,24 @@ def cmd_events(ns: argparse.Namespace) -> int:
                 continue
             if ns.run is not None and ev.get("run_id") != ns.run:
                 continue
+            if since is not None and not _after(ev, since):
+                continue
             print(json.dumps(ev) if ns.json else human_line(ev), flush=ns.follow)
     except KeyboardInterrupt:
         pass
+    if not ns.json and not ns.follow:
+        from dsguard.report.load import history_rows
+
+        for label, line in history_rows(path.parent):  # loss and memory, one line each
+            print(f"{label:<9} {line}")
     return EXIT_OK
+
+
+def _after(ev: dict[str, Any], since: float) -> bool:
+    from dsguard.core.summary import ts_seconds
+
+    t = ts_seconds(ev.get("ts"))
+    return t is None or t >= since
 
 
 def cmd_doctor(ns: argparse.Namespace) -> int:
@@ -453,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     evp.add_argument("--run", help="only this run_id")
     evp.add_argument("--json", action="store_true")
     evp.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    evp.add_argument("--since", help="only events of the last 90s, 30m, 2h, 1d, or since a time")
     evp.set_defaults(func=cmd_events)
 
     doc = sub.add_parser(

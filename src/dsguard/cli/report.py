@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +98,21 @@ def run_outputs(job: Job) -> tuple[tuple[Callable[[dict[str, Any], Any], None], 
             fn()
 
     return tuple(listeners), close
+
+
+_AGO = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)\s*", re.IGNORECASE)
+_UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def since_epoch(text: str, now: float | None = None) -> float | None:
+    """``--since``: ``2h`` (ago), ``30m``, ``90s``, ``1d``, or an ISO time (UTC unless it
+    says otherwise), as seconds since the epoch; None when it is neither."""
+    m = _AGO.fullmatch(text)
+    if m is not None:
+        t = time.time() if now is None else now
+        return t - float(m.group(1)) * _UNIT_S[m.group(2).lower()]
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()

@@ -251,12 +251,23 @@ def collect(
     ckpt_dir = (None if state is None else state.checkpoint_dir) or _ledger(state).get("ckpt_dir")
     d["checkpoint"] = _newest_checkpoint(ckpt_dir, t)
 
+    d["sparklines"] = _sparklines(log_dir) if state is not None else []
     if gpu is None:
         d["gpu"] = None
     else:
         snap = gpu()
         d["gpu"] = snap.as_dict()
     return d
+
+
+def _sparklines(log_dir: Path) -> list[tuple[str, str]]:
+    """Loss and memory over the run, one line each (issue 17); never fails status."""
+    from dsguard.report.load import history_rows
+
+    try:
+        return history_rows(log_dir)
+    except Exception:  # a history problem costs the sparklines, not the status
+        return []
 
 
 def status_exit_code(d: Mapping[str, Any]) -> int:
@@ -369,6 +380,8 @@ def render_table(d: Mapping[str, Any]) -> str:
                     f"{'?' if util is None else util}% busy; {who}",
                 )
             )
+    for label, line in d.get("sparklines") or []:
+        rows.append((label, line))
     for p in d.get("problems") or []:
         rows.append(("problem", str(p)))
     width = max(len(k) for k, _ in rows)

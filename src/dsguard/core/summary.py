@@ -441,3 +441,53 @@ def summary_line(view: RunView) -> str:
         bound = "" if view.lost_exact else "at most "
         parts.append(f"{bound}{duration_words(view.lost_s)} of training lost")
     return "; ".join(parts)
+
+
+# -- terminal sparklines ----------------------------------------------------------------------
+
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float | None], width: int = 40) -> str:
+    """``values`` as one line of block characters, at most ``width`` wide (each character the
+    mean of its share of the values); a missing value is a space."""
+    if not values:
+        return ""
+    n = min(width, len(values))
+    cells: list[float | None] = []
+    for i in range(n):
+        part = [
+            v for v in values[i * len(values) // n : (i + 1) * len(values) // n] if v is not None
+        ]
+        cells.append(sum(part) / len(part) if part else None)
+    real = [c for c in cells if c is not None]
+    if not real:
+        return " " * n
+    lo, hi = min(real), max(real)
+    top = len(_BLOCKS) - 1
+    return "".join(
+        " " if c is None else _BLOCKS[0 if hi == lo else round((c - lo) / (hi - lo) * top)]
+        for c in cells
+    )
+
+
+def spark_rows(view: RunView, width: int = 40) -> list[tuple[str, str]]:
+    """``[(label, line)]`` for the loss and the memory of a run's heartbeat history (the
+    rows ``dsguard status`` and ``dsguard events`` print); none when there is no history."""
+    pts = view.points
+    rows: list[tuple[str, str]] = []
+    loss = [p.loss for p in pts]
+    real = [v for v in loss if v is not None]
+    if real:
+        rows.append(("loss", f"{sparkline(loss, width)}  {real[0]:.4g} -> {real[-1]:.4g}"))
+    mems = (("GPU mem", [p.gpu_bytes for p in pts]), ("host mem", [p.host_bytes for p in pts]))
+    for label, mem in mems:
+        got = [m for m in mem if m]
+        if got:
+            line = sparkline([float(m) if m else None for m in mem], width)
+            rows.append((label, f"{line}  peak {max(got) / (1 << 30):.2f} GiB"))
+    if rows:
+        steps = f"steps {pts[0].step}-{pts[-1].step}" if pts else ""
+        attempts = len({p.attempt for p in pts})
+        rows = [(k, f"{v}  ({steps}, {attempts} attempt(s))") for k, v in rows]
+    return rows

@@ -67,6 +67,18 @@ def host_limit_bytes(job_file: str | None) -> int | None:
         return None
 
 
+def history_rows(log_dir: Path, width: int = 40) -> list[tuple[str, str]]:
+    """The loss and memory sparklines of the newest run in ``log_dir`` (``dsguard status``
+    and ``dsguard events``); empty without an event log or heartbeat history."""
+    from dsguard.core.summary import spark_rows
+
+    logs = LogDir(log_dir)
+    beats = read_history(log_dir / HEARTBEAT_SUBDIR)
+    if not beats or not logs.events.is_file():
+        return []
+    return spark_rows(build(list(_lines(logs.events)), beats), width)
+
+
 def read_log_dir(log_dir: Path) -> RunView:
     """The newest run in ``log_dir``.
 
