@@ -102,7 +102,15 @@ def test_heartbeats_follow_the_protocol(tmp_path: Path) -> None:
     cb.on_train_end(args, state, control)
     assert read_beat(tmp_path).event == "train_end"
     assert read_beat(tmp_path).last_checkpoint == beat.last_checkpoint
-    assert [p.name for p in (tmp_path / "hb").iterdir()] == ["attempt-3-rank-0.json"]
+    names = sorted(p.name for p in (tmp_path / "hb").iterdir())
+    assert names == ["attempt-3-rank-0.json", "attempt-3-rank-0.jsonl"]
+    # The history (what ``dsguard report`` draws): one line per heartbeat written, in order.
+    history = protocol.heartbeat_history_path(tmp_path / "hb", 3, 0).read_bytes().splitlines()
+    beats = [protocol.decode_heartbeat(line) for line in history]
+    assert [(b.event, b.global_step) for b in beats] == [
+        ("train_begin", 0), ("step", 2), ("save", 2), ("train_end", 2)
+    ]  # fmt: skip
+    assert beats[1].loss == 2.5
 
 
 def test_reference_trainer_announces_transplant_and_init_from(tmp_path: Path) -> None:
