@@ -57,14 +57,17 @@ def synth_log_dir(root: Path, attempts: int = ATTEMPTS, heartbeats: int = HEARTB
                 "host_rss_bytes": (20 << 30) + i * (1 << 20),
             }))  # fmt: skip
         (root / "heartbeat" / f"attempt-{n}-rank-0.jsonl").write_text("\n".join(lines) + "\n")
-        evs.append({"event": "attempt_finished", "attempt": n, "exit_code": 1, "ended_by": "exit",
-                    "duration_s": per * 2.0, "last_step": step, "ts": t})  # fmt: skip
+        code = 0 if n == attempts else 1
+        evs.append({"event": "attempt_finished", "attempt": n, "exit_code": code,
+                    "ended_by": "exit", "duration_s": per * 2.0, "last_step": step,
+                    "ts": t})  # fmt: skip
         if n < attempts:
             evs.append({"event": "failure_detected", "attempt": n, "kind": "cuda_oom", "ts": t})
             evs.append({"event": "policy_applied", "attempt": n, "rung": "micro_batch",
                         "changes": {}, "new_phase": False, "delay_s": 30.0, "ts": t})  # fmt: skip
             evs.append({"event": "plan_applied", "attempt": n + 1, "ts": t,
-                        "predicted_gpu_peak_bytes": 62 << 30})  # fmt: skip
+                        "predicted_gpu_peak_bytes": 62 << 30,
+                        "gpu_total_bytes": 80 << 30})  # fmt: skip
             t += 30.0
             step = max(0, step - 20)
     evs.append({"event": "run_succeeded", "attempt": attempts, "reason": "exit 0", "changes": {},

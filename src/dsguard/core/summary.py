@@ -290,6 +290,11 @@ def _on_event(view: RunView, ev: Mapping[str, Any], known: frozenset[str]) -> No
         a.gpu_wait_s += _num(ev.get("waited_s")) or 0.0
     elif name in PLAN_EVENTS or any("predict" in k for k in ev):
         a.predicted.update(_predictions(ev))
+        # The planner knows the card: a GPU total there is the limit line of the chart.
+        totals = [
+            _int(v) for k, v in ev.items() if "gpu" in k and ("total" in k or "capacity" in k)
+        ]
+        view.gpu_total_bytes = max((t for t in totals if t), default=view.gpu_total_bytes)
     for k in ("tokens_per_s", "samples_per_s"):
         if _num(ev.get(k)) is not None:
             setattr(a, k, _num(ev.get(k)))

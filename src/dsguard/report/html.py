@@ -25,9 +25,10 @@ body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:2
 background:#fff}h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
 .sum{font-size:17px;padding:10px 14px;border-left:6px solid #888;background:#f5f5f5}
 .succeeded{border-color:#15803d}.gave_up{border-color:#b91c1c}.stopped{border-color:#a16207}
-table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;
-text-align:left;vertical-align:top;white-space:nowrap}th{background:#f3f4f6}.n{text-align:right}
-td.w{white-space:normal;min-width:200px}.muted{color:#666;font-size:12px}
+table{border-collapse:collapse;font-size:12px;width:100%}
+td,th{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f3f4f6}
+td.w{min-width:180px}.muted{color:#666;font-size:12px}
 svg{display:block;margin:4px 0}section{margin-bottom:40px}
 svg text{font:11px system-ui,sans-serif;fill:#333}
 """
@@ -256,18 +257,21 @@ def _bars(
     for i, (name, peak, pred) in enumerate(rows):
         yy = 22 + i * row_h
         out.append(f'<text x="4" y="{yy + 12}">{_e(name)}</text>')
+        label = [] if peak is None else [_gib(peak)]
         if peak is not None:
             out.append(
                 f'<rect x="{x.px0}" y="{yy}" width="{x(peak) - x.px0:.1f}" height="14" '
-                f'fill="#60a5fa"/><text x="{x(peak) + 4:.1f}" y="{yy + 12}">'
-                f"{_gib(peak)}</text>"
+                f'fill="#60a5fa"/>'
             )
         if pred is not None:
             px = x(pred)
+            label.append(f"predicted {_gib(pred)}")
             out.append(
                 f'<path d="M{px:.1f},{yy - 1} l5,8 l-5,8 l-5,-8z" fill="#111">'
                 f"<title>predicted {_gib(pred)}</title></path>"
             )
+        right = max(x(v) for v in (peak, pred) if v is not None)
+        out.append(f'<text x="{right + 8:.1f}" y="{yy + 12}">{_e(", ".join(label))}</text>')
     if limit:
         px = x(limit)
         out.append(
@@ -313,7 +317,7 @@ def _last(a: AttemptView) -> str:
 def _rate(a: AttemptView) -> str:
     if a.samples_per_s is None:
         return "-"
-    tokens = "" if a.tokens_per_s is None else f" ({a.tokens_per_s:.4g})"
+    tokens = "" if a.tokens_per_s is None else f" ({a.tokens_per_s:,.0f})"
     return f"{a.samples_per_s:.3g}{tokens}"
 
 
