@@ -113,6 +113,28 @@ def test_heartbeats_follow_the_protocol(tmp_path: Path) -> None:
     assert beats[1].loss == 2.5
 
 
+def test_history_is_compact_and_thinned_on_other_ranks(tmp_path: Path) -> None:
+    """Rank 0 appends every heartbeat (its loss is the curve); other ranks every 10th step
+    heartbeat and every other event, so eight ranks do not write eight full histories."""
+    counts = {}
+    for rank in (0, 1):
+        cb = DsguardCallback(env=guard_env(tmp_path, {"RANK": str(rank)}))
+        args, control = fake_args(tmp_path, rank), TrainerControl()
+        state = TrainerState(global_step=0, max_steps=25, epoch=0.0)
+        cb.on_train_begin(args, state, control)
+        for step in range(1, 26):
+            state.global_step = step
+            cb.on_step_end(args, state, control)
+        cb.on_train_end(args, state, control)
+        path = protocol.heartbeat_history_path(tmp_path / "hb", 3, rank)
+        lines = [json.loads(x) for x in path.read_bytes().splitlines()]
+        assert set(lines[0]) <= set(protocol.HISTORY_FIELDS)
+        assert lines[0]["event"] == "train_begin" and lines[-1]["event"] == "train_end"
+        counts[rank] = [x["global_step"] for x in lines]
+    assert counts[0] == [0, *range(1, 26), 25]
+    assert counts[1] == [0, 10, 20, 25]
+
+
 def test_reference_trainer_announces_transplant_and_init_from(tmp_path: Path) -> None:
     cb = DsguardCallback(reference_trainer=True, extra_capabilities=["x"], env=guard_env(tmp_path))
     assert cb.capabilities == (

@@ -103,6 +103,7 @@ class DsguardCallback(TrainerCallback):
         self._last_loss: float | None = None
         self._last_checkpoint: str | None = None
         self._write_failed = False
+        self._history_n = 0
         self._gpu_fraction: float | None = None
         self._gpu_fraction_applied = False
         if self.enabled:
@@ -210,10 +211,14 @@ class DsguardCallback(TrainerCallback):
         One ``os.write`` on an O_APPEND descriptor: a reader never sees half a line from
         this writer. A failure is the caller's (logged once, training goes on)."""
         assert self.heartbeat_dir is not None
+        self._history_n += 1
+        every = protocol.HISTORY_OTHER_RANKS_EVERY
+        if self._rank != 0 and beat.event == "step" and self._history_n % every != 1:
+            return
         path = protocol.heartbeat_history_path(self.heartbeat_dir, self.attempt, self._rank)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
-            os.write(fd, protocol.encode_heartbeat(beat) + b"\n")
+            os.write(fd, protocol.encode_history_line(beat))
         finally:
             os.close(fd)
 
