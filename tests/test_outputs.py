@@ -235,3 +235,30 @@ def test_metrics_endpoint_on_localhost(tmp_path: Path) -> None:
     assert prom[("dsguard_state", (("job", "j"), ("state", "running")))] == 1
     assert prom[("dsguard_gradient_accumulation_steps", (("job", "j"),))] == 2
     assert prom[("dsguard_attempt", (("job", "j"),))] == 1
+
+
+def test_a_new_phase_and_a_give_up_are_notified(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult], hook: _Hook
+) -> None:
+    """ZeRO-2 -> 3 without a transplant starts phase 2 (notified), then a user error that no
+    rung can fix ends the run (notified as a give-up), both with the summary line."""
+    pytest.importorskip("apprise")
+    ds = tmp_path / "zero2.json"
+    ds.write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}')
+    write_job(
+        tmp_path,
+        ["--scenario", "oom,user_error", "--oom_above", "0", "--fail_attempts", "1",
+         "--oom_then", "exit", "--fail_at_step", "2"],
+        deepspeed={"config": str(ds)}, ladder={"oom": ["zero3"]},
+        notify=[f"json://127.0.0.1:{hook.port}/hook"],
+    )  # fmt: skip
+    res = run_dsguard("run", "job.yaml", "--quiet")
+    assert res.code == 1, res.proc.stderr
+    titles = [p["body"]["title"] for p in hook.posts]
+    assert titles == ["dsguard: fake new phase", "dsguard: fake gave up"]
+    phase, gave_up = (p["body"]["message"] for p in hook.posts)
+    assert phase.startswith("phase 2 starts after attempt 1: ")
+    assert "zero 2 -> 3, global batch kept" in phase  # the decided change, not yet run
+    assert gave_up.startswith("gave up after 2 attempts (")
+    assert "new phase from attempt #2" in gave_up
+    assert [e["trigger"] for e in res.named("notification_sent")] == ["new phase", "gave up"]

@@ -90,6 +90,8 @@ class RunView:
     end_s: float | None = None
     attempts: list[AttemptView] = field(default_factory=list)
     initial_knobs: dict[str, Any] = field(default_factory=dict)
+    #: The knobs of the newest attempt or decision (a decided relaunch not yet started).
+    latest_knobs: dict[str, Any] = field(default_factory=dict)
     changes: dict[str, Any] = field(default_factory=dict)
     initial_global_batch: int | None = None
     global_batch: int | None = None
@@ -276,6 +278,7 @@ def _on_event(view: RunView, ev: Mapping[str, Any], known: frozenset[str]) -> No
         return
     if name == "attempt_started":
         _on_attempt_start(a, ev, t)
+        view.latest_knobs = a.knobs or view.latest_knobs
     elif name == "attempt_finished":
         _on_attempt_end(a, ev, t)
     elif name == "checkpoint_selected":
@@ -284,6 +287,7 @@ def _on_event(view: RunView, ev: Mapping[str, Any], known: frozenset[str]) -> No
         a.kind = _str(ev.get("kind"))
     elif name == "policy_applied":
         _on_policy(a, ev)
+        view.latest_knobs = _dict(ev.get("knobs")) or view.latest_knobs
     elif name == "hang_detected":
         a.hang = True
     elif name == "gpu_release_checked":
@@ -318,7 +322,8 @@ def build(
     if view.global_batch is None and view.attempts:
         view.global_batch = view.attempts[-1].global_batch
     if not view.changes and view.attempts:
-        first, last = view.initial_knobs or view.attempts[0].knobs, view.attempts[-1].knobs
+        first = view.initial_knobs or view.attempts[0].knobs
+        last = view.latest_knobs or view.attempts[-1].knobs
         view.changes = {k: [first[k], v] for k, v in last.items() if k in first and first[k] != v}
     view.points = _points(view, beats or {})
     _rates(view)

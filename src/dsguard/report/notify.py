@@ -55,7 +55,7 @@ def _what(ev: dict[str, Any]) -> str:
     if name == "hang_detected":
         return f"attempt {att} hung: no output or heartbeat for {ev.get('silent_s', 0):.0f} s"
     if name == "phase_started":
-        return f"phase {ev.get('phase')} started at attempt {att}: {ev.get('reason')}"
+        return f"phase {ev.get('phase')} starts after attempt {att}: {ev.get('reason')}"
     return ""
 
 
