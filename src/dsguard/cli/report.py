@@ -49,7 +49,11 @@ def cmd_report(ns: argparse.Namespace) -> int:
         from dsguard.report.png import NoBrowserError, screenshot
 
         try:
-            screenshot(out, Path(ns.png), height=ns.height)
+            # Chromium shoots the window, not the page: tall enough for every section (the
+            # header, charts and table of a run, then about 80 px per attempt).
+            rows = sum(len(v.attempts) for _, v in views)
+            height = ns.height or min(16000, 1000 * len(views) + 80 * rows)
+            screenshot(out, Path(ns.png), height=height)
         except (NoBrowserError, RuntimeError) as exc:
             print(f"dsguard report: --png: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -67,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     rp.add_argument("log_dirs", nargs="*", metavar="LOG_DIR")
     rp.add_argument("--out", help="HTML file (default: LOG_DIR/report.html)")
     rp.add_argument("--png", help="also render the page to this PNG (needs Chromium)")
-    rp.add_argument("--height", type=int, default=1600, help="PNG height in pixels")
+    rp.add_argument("--height", type=int, help="PNG height in pixels (default: fits the page)")
     rp.add_argument("--queue", action="store_true", help="every job of the queue")
     rp.set_defaults(func=cmd_report)
 

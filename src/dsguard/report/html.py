@@ -225,7 +225,7 @@ def loss_svg(view: RunView) -> str:
             first = mine[0]
             out.append(
                 f'<text x="{x(first.t_s) + 3:.1f}" y="{top + 10}">#{a.number} '
-                f"step {first.step}</text>"
+                f"from step {first.step}</text>"
             )
     out.append(f'<line x1="{PAD_L}" y1="{bottom}" x2="{W - PAD_R}" y2="{bottom}" stroke="#999"/>')
     out.append(_time_axis(view, bottom, x))
@@ -274,9 +274,11 @@ def _bars(
         out.append(f'<text x="{right + 8:.1f}" y="{yy + 12}">{_e(", ".join(label))}</text>')
     if limit:
         px = x(limit)
+        end = px > W - 320  # the label would run off the page: put it left of the line
         out.append(
             f'<line x1="{px:.1f}" y1="18" x2="{px:.1f}" y2="{h - 4}" stroke="{FAIL}" '
-            f'stroke-width="2"/><text x="{px + 4:.1f}" y="14" style="fill:{FAIL}">'
+            f'stroke-width="2"/><text x="{px - 4 if end else px + 4:.1f}" y="14" '
+            f'style="fill:{FAIL}" text-anchor="{"end" if end else "start"}">'
             f"{_e(limit_name)} {_gib(limit)}</text>"
         )
     out.append("</svg>")
