@@ -10,6 +10,8 @@ The layout (``dsguard status`` and the tests read the same names)::
       attempt-N.log                the attempt's combined output, as the child wrote it
       attempt-N.deepspeed.json     the DeepSpeed config rendered for the attempt
       heartbeat/attempt-N-rank-R.json   progress written by the training process
+      heartbeat/attempt-N-rank-R.jsonl  every heartbeat, one line each (``dsguard report``)
+      report.html                  written by ``dsguard report`` and by notifications
       control/stop-attempt-N.json       a request to the training process to save and stop
 
 Attempt numbers are never reused within a log dir, so a late write from a dying attempt cannot
