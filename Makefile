@@ -34,7 +34,8 @@ demo: $(VENV)/.installed
 	code=$$?; echo; echo "== summary (runs/tiny-cpu/events.jsonl) =="; \
 	$(VENV)/bin/dsguard events runs/tiny-cpu \
 	  --event attempt_started --event failure_detected --event policy_applied \
-	  --event run_succeeded --event run_gave_up; exit $$code
+	  --event run_succeeded --event run_gave_up; \
+	$(VENV)/bin/dsguard report runs/tiny-cpu; exit $$code
 
 # The same supervisor against the scripted stand-in trainer (no torch needed).
 demo-scripted: $(VENV)/.installed
@@ -42,7 +43,8 @@ demo-scripted: $(VENV)/.installed
 	$(VENV)/bin/dsguard run configs/examples/demo-scripted.yaml --quiet; \
 	code=$$?; $(VENV)/bin/dsguard events runs/demo-scripted \
 	  --event attempt_started --event failure_detected --event policy_applied \
-	  --event run_succeeded --event run_gave_up; exit $$code
+	  --event run_succeeded --event run_gave_up; \
+	$(VENV)/bin/dsguard report runs/demo-scripted; exit $$code
 
 clean:
 	rm -rf $(VENV) runs .mypy_cache .ruff_cache .pytest_cache src/*.egg-info
