@@ -182,6 +182,7 @@ def cmd_validate(ns: argparse.Namespace) -> int:
                 print(f"{job.deepspeed.config_path}: {problem}", file=sys.stderr)
             print("dsguard: nothing was launched", file=sys.stderr)
             return EXIT_USAGE
+    _print_routes(ns.job, job)
     k = job.knobs
     print(
         f"{ns.job}: ok: job {job.name!r}, launcher {job.launcher}, world {job.world_size}, "
@@ -190,6 +191,27 @@ def cmd_validate(ns: argparse.Namespace) -> int:
         f"{job.world_size}), log_dir {job.log_dir}"
     )
     return EXIT_OK
+
+
+def _print_routes(where: str, job: Any) -> None:
+    """What ``validate`` says about knob delivery: each rung left out of the ladder because a
+    knob it changes cannot reach the script (or is fixed), and what packing was detected."""
+    from dsguard.job.delivery import routes, undeliverable_rungs
+
+    route = routes(job)
+    for rung, knobs in undeliverable_rungs(job).items():
+        whys = [
+            f"{k} is fixed by limits.fixed"
+            if k in job.limits.fixed
+            else f"{k} cannot be delivered (no flag, knobs_file key, knobs_dotlist key or "
+            "knobs_env name" + (", and not a DeepSpeed config key)" if route[k] is None else ")")
+            for k in knobs
+        ]
+        print(f"{where}: ladder: rung {rung} is left out: {'; '.join(whys)}")
+    if job.data.packing:
+        print(
+            f"{where}: data: packed ({job.data.source}): a max_length move starts a new phase"
+        )
 
 
 def _plan_table(steps: Sequence[Any]) -> list[str]:
@@ -244,6 +266,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
                 "rung": s.rung,
                 "knobs": s.knobs.as_dict(),
                 "global_batch": s.global_batch,
+                "tokens_per_step": s.tokens_per_step,
                 "new_phase": s.new_phase,
                 "caveats": list(s.caveats),
             }

@@ -82,9 +82,13 @@ def read_knobs_file(path: Path) -> tuple[KnobsFileFormat | None, dict[str, Any] 
     """``(format, content, None)`` or ``(format, None, what is wrong)``."""
     fmt = knobs_file_format(path)
     if fmt is None:
-        return None, None, (
-            f"{path}: unknown config format {path.suffix!r}; dsguard reads .json, .yaml, .yml "
-            "and .toml"
+        return (
+            None,
+            None,
+            (
+                f"{path}: unknown config format {path.suffix!r}; dsguard reads .json, .yaml, .yml "
+                "and .toml"
+            ),
         )
     try:
         text = path.read_text(encoding="utf-8")

@@ -1406,6 +1406,8 @@ def _build_knobs_file(
             f"{model.arg} with a value is not in args; dsguard replaces its value with the "
             "per-attempt copy of the file",
         )
+    elif found is not None and not any(a.partition("=")[0] == model.arg for a in args):
+        ctx.add(("knobs_file", "arg"), f"args spell {model.arg} differently; write it as in args")
     elif found is not None and _absolute(workdir, found[1]) != path:
         ctx.add(("args", found[0]), f"{found[1]} is not knobs_file.path ({path})")
     keys: dict[str, str] = {}
