@@ -92,6 +92,13 @@ def cmd_run(ns: argparse.Namespace) -> int:
         if ns.job and command:
             print("dsguard run: give a job file or '-- COMMAND', not both", file=sys.stderr)
             return EXIT_USAGE
+        if ns.job and (ns.knob or ns.memory_limit):
+            print(
+                "dsguard run: --knob and --memory-limit are for a quick start; write them in "
+                "the job file (flags:, resources.host_memory_limit)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         if ns.job:
             job = _load(ns.job, writable=True)
         elif command:
@@ -102,6 +109,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
                 cwd=Path.cwd(),
                 name=ns.name,
                 log_dir=Path(ns.log_dir).resolve() if ns.log_dir else None,
+                knob_flags=ns.knob,
+                memory_limit=ns.memory_limit,
             )
         else:
             print("dsguard run: give a job file or '-- COMMAND ...'", file=sys.stderr)
@@ -437,6 +446,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="job name for a quick start (default: the script name)")
     run.add_argument("--log-dir", help="log dir for a quick start (default: runs/NAME)")
     run.add_argument("--quiet", action="store_true", help="do not mirror the child's output")
+    run.add_argument(
+        "--knob", action="append", default=[], metavar="NAME=FLAG",
+        help="quick start: the script's flag for a knob (e.g. max_length=--block_size); only "
+        "flags the command has or --knob declares are passed",
+    )  # fmt: skip
+    run.add_argument(
+        "--memory-limit", metavar="SIZE",
+        help="quick start: resources.host_memory_limit (RLIMIT_AS per process), e.g. 6GiB",
+    )  # fmt: skip
     run.set_defaults(func=cmd_run)
 
     val = sub.add_parser("validate", help="check a job file; launch nothing")

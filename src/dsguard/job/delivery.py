@@ -15,6 +15,7 @@ run loop through :mod:`dsguard.run.safefs`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import json
 import math
@@ -28,7 +29,7 @@ from typing import Any
 import yaml
 
 from dsguard.job.knobs import KNOB_NAMES, Knobs
-from dsguard.job.model import Job, KnobsFile, KnobsFileFormat
+from dsguard.job.model import DeepSpeedSpec, Job, KnobsFile, KnobsFileFormat
 
 __all__ = [
     "DS_CONFIG_KNOBS",
@@ -233,11 +234,25 @@ def routes(job: Job) -> dict[str, str | None]:
             out[knob] = f"environment {d.env[knob]}"
         elif job.flags.get(knob) is not None:
             out[knob] = f"flag {job.flags[knob]}"
-        elif job.deepspeed is not None and knob in DS_CONFIG_KNOBS:
+        elif job.deepspeed is not None and knob in DS_CONFIG_KNOBS and _config_is_read(job, knob):
             out[knob] = "the rendered DeepSpeed config"
         else:
             out[knob] = None
     return out
+
+
+def _config_is_read(job: Job, knob: str) -> bool:
+    """Whether the script takes ``knob`` from the DeepSpeed config. ZeRO stage and offload
+    always; the batch keys only for a plain DeepSpeed script: the HF Trainer (its config flag
+    is ``--deepspeed``, :class:`DeepSpeedSpec`'s default) takes them from its own arguments
+    and raises when the config disagrees."""
+    if knob in ("zero_stage", "offload"):
+        return True
+    assert job.deepspeed is not None
+    return job.deepspeed.flag != _HF_DEEPSPEED_FLAG
+
+
+_HF_DEEPSPEED_FLAG = next(f.default for f in dataclasses.fields(DeepSpeedSpec) if f.name == "flag")
 
 
 def ds_config_delivers(job: Job, knob: str) -> bool:
