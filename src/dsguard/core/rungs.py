@@ -62,17 +62,6 @@ def _flag_ok(ctx: RungContext, *knobs: str) -> bool:
     return all(ctx.flags.get(k) is not None for k in knobs)
 
 
-def blocked(old: Knobs, new: Knobs, ctx: RungContext) -> tuple[str, ...]:
-    """The knobs a move from ``old`` to ``new`` would change that it must not: fixed by
-    ``limits.fixed``, or with no route to the script (the change would be logged and never
-    happen)."""
-    return tuple(
-        k
-        for k in old.diff(new)
-        if k in ctx.fixed or (ctx.delivered is not None and k not in ctx.delivered)
-    )
-
-
 def micro_batch(k: Knobs, ctx: RungContext) -> Move | None:
     """Halve the micro-batch; multiply accumulation so micro x accum stays exactly equal.
 
