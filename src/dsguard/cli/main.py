@@ -218,9 +218,7 @@ def _print_routes(where: str, job: Any) -> None:
         ]
         print(f"{where}: ladder: rung {rung} is left out: {'; '.join(whys)}")
     if job.data.packing:
-        print(
-            f"{where}: data: packed ({job.data.source}): a max_length move starts a new phase"
-        )
+        print(f"{where}: data: packed ({job.data.source}): a max_length move starts a new phase")
 
 
 def _plan_table(steps: Sequence[Any]) -> list[str]:

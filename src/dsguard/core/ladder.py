@@ -213,7 +213,6 @@ def _blocked(old: Knobs, new: Knobs, ctx: RungContext) -> tuple[str, ...]:
     )
 
 
-
 def walk(
     rungs: Sequence[str], start: int, knobs: Knobs, ctx: RungContext
 ) -> tuple[int, Move] | None:

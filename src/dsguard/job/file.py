@@ -1321,6 +1321,7 @@ def _build_log_dir(
         ctx.add(("log_dir",), f"{problem}{where}; dsguard writes its logs and lock there")
     return log_dir
 
+
 # -- issue 14: knob delivery beyond flags, data semantics -------------------------------------
 
 #: Argument-line spellings of packing: run_clm concatenates text into ``--block_size`` chunks

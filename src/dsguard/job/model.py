@@ -227,4 +227,3 @@ class Job:
     delivery: KnobDelivery = field(default_factory=KnobDelivery)
     #: What the job declares about its data (packing), for the max_length rung (issue 14).
     data: DataSpec = field(default_factory=DataSpec)
-

@@ -170,7 +170,7 @@ def _fmt_changes(changes: object) -> str:
 def _batch_words(
     before: object, after: object, tok_before: object, tok_after: object, changed: str = ""
 ) -> str:
-    """"global batch 16 kept" only when the tokens per optimizer step are kept too (or not
+    """Say "global batch 16 kept" only when the tokens per optimizer step are kept too (or not
     known): a max_length move keeps the batch in samples and halves the tokens, and the
     user must not read "kept" for a recipe that changed."""
     tokens_changed = tok_before is not None and tok_after is not None and tok_before != tok_after
