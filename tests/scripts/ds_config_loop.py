@@ -7,9 +7,10 @@ numbers, calls ``deepspeed.initialize``, and saves with ``engine.save_checkpoint
 (``OUT/global_stepN/`` and ``OUT/latest``), resuming itself from ``latest`` when it exists.
 No flag for any knob: dsguard can only reach them through the config file.
 
-Host memory: from step ``--alloc_from_step`` on, every micro-batch holds ``batch_size x max_length x --kib_per_token`` KiB of
-activations in a real tensor, so under the job's RLIMIT_AS (``resources.host_memory_limit``)
-too large a micro-batch fails with torch's own ``DefaultCPUAllocator: can't allocate memory``.
+Host memory: from step ``--alloc_from_step`` on, every micro-batch holds ``batch_size x
+max_length x --kib_per_token`` KiB of activations in a real tensor, so under the job's
+RLIMIT_AS (``resources.host_memory_limit``) too large a micro-batch fails with torch's own
+``DefaultCPUAllocator: can't allocate memory``.
 
 ``--trace FILE`` appends one JSON line per start and per optimizer step (the knobs seen, the
 sample ids consumed), so a test can check the global batch and the data order.
