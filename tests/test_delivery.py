@@ -399,8 +399,11 @@ def test_quick_start_passes_only_flags_the_command_has(work: Path) -> None:
     assert cmd.argv[-4:] == ["--lr", "1", "--block_size", "1024"]
     with_hf = job_from_command(["python", "train.py", "--per_device_train_batch_size", "4"],
                                cwd=work)  # fmt: skip
+    # An HF TrainingArguments flag: the script parses all of TrainingArguments, so its other
+    # knob flags exist too; the script's own --model_max_length is not assumed.
     assert with_hf.flags["micro_batch_size"] == "--per_device_train_batch_size"
-    assert with_hf.flags["gradient_accumulation_steps"] is None
+    assert with_hf.flags["gradient_accumulation_steps"] == "--gradient_accumulation_steps"
+    assert with_hf.flags["max_length"] is None and with_hf.flags["lora"] is None
 
 
 @pytest.mark.parametrize(

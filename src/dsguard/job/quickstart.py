@@ -630,6 +630,15 @@ def job_from_command(
 
 # -- issue 14: --knob NAME=FLAG and --memory-limit ------------------------------------------
 
+#: Knobs whose default flag is a field of transformers' ``TrainingArguments``
+#: (src/transformers/training_args.py): per_device_train_batch_size,
+#: gradient_accumulation_steps, gradient_checkpointing, dataloader_num_workers,
+#: dataloader_pin_memory.
+_TRAINING_ARGUMENTS_KNOBS = frozenset(
+    {"micro_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+     "dataloader_workers", "pin_memory"}
+)  # fmt: skip
+
 
 def _knob_mapping(items: Sequence[str], problems: _Problems) -> dict[str, str]:
     """``--knob NAME=FLAG`` items as knob -> flag; unknown knobs and non-flags refused."""
@@ -659,6 +668,12 @@ def _quick_flags(
     rest. A declared whole-number knob must be in the command: dsguard passes it on every
     attempt and must know the value the script starts from."""
     flags: dict[str, str | None] = dict.fromkeys(DEFAULT_FLAGS)
+    if set(scan.seen_flags) & _TRAINING_ARGUMENTS_KNOBS:
+        # One TrainingArguments flag in the command means HfArgumentParser parses it, and it
+        # has every TrainingArguments field; --model_max_length and --lora_enable are the
+        # script's own and stay out unless the command has them.
+        for knob in _TRAINING_ARGUMENTS_KNOBS:
+            flags[knob] = DEFAULT_FLAGS[knob]
     for knob in scan.seen_flags:
         flags[knob] = mapping.get(knob, DEFAULT_FLAGS[knob])
     for knob, flag in mapping.items():
