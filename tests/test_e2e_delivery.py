@@ -152,3 +152,48 @@ def test_dotlist_script_packed_max_length_is_a_new_phase(
     argv = res.named("attempt_started")[1]["argv"]
     assert "data.max_len=32" in argv and "training.batch_size=4" in argv
     assert "training.accum=1" in argv  # appended: the command did not have it
+
+
+def test_plain_deepspeed_loop_healed_through_its_deepspeed_config(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """No flag and no config-file key for the micro-batch: the rendered DeepSpeed config
+    (passed as ``--deepspeed_config``) is the route dsguard changes it by."""
+    pytest.importorskip("deepspeed")
+    (tmp_path / "config.json").write_text(json.dumps({"training": {"max_length": 64}}))
+    ds = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+          "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+          "zero_optimization": {"stage": 0}}  # fmt: skip
+    (tmp_path / "ds.json").write_text(json.dumps(ds))
+    job = {
+        "name": "dsconf",
+        "launcher": "python",
+        "python": sys.executable,
+        "script": str(SCRIPTS / "ds_config_loop.py"),
+        "args": ["--config", "config.json", "--out", "out", "--trace", "trace.jsonl",
+                 "--kib_per_token", "4096", "--max_steps", "4"],
+        "train": {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "max_length": 64},
+        "knobs_file": {"path": "config.json", "arg": "--config",
+                       "keys": {"max_length": "training.max_length"}},
+        "deepspeed": {"config": "ds.json", "flag": "--deepspeed_config"},
+        "env": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0",
+                "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MALLOC_ARENA_MAX": "2"},
+        "resources": {"host_memory_limit": "2300MiB"},
+        "limits": {"backoff_s": [0, 0], "fatal_grace_s": 1, "min_max_length": 16},
+        "log_dir": "runs",
+    }  # fmt: skip
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job, sort_keys=False))
+    res = run_dsguard("run", "job.yaml", "--quiet", timeout=180)
+    assert res.code == 0, res.proc.stderr[-3000:]
+    starts = [r for r in _trace(tmp_path) if r["event"] == "start"]
+    assert [(s["micro"], s["accum"]) for s in starts] == [(8, 1), (4, 2)]
+    assert starts[1]["ds_config"] == str(tmp_path / "runs" / "attempt-2.deepspeed.json")
+    rendered = json.loads((tmp_path / "runs" / "attempt-2.deepspeed.json").read_text())
+    assert rendered["train_micro_batch_size_per_gpu"] == 4
+    assert rendered["gradient_accumulation_steps"] == 2
+    routed = res.named("knobs_routed")[0]["routes"]
+    assert routed["micro_batch_size"] == routed["gradient_accumulation_steps"] == (
+        "the rendered DeepSpeed config")  # fmt: skip
+    applied = res.named("policy_applied")
+    assert [a["rung"] for a in applied] == ["micro_batch"]
+    assert applied[0]["global_batch_before"] == applied[0]["global_batch_after"] == 8

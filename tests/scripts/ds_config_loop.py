@@ -5,7 +5,10 @@ The shape users run without the HF Trainer: ``python ds_config_loop.py --config 
 "max_length": L}}`` in ``config.json``; the script builds its DeepSpeed config from those
 numbers, calls ``deepspeed.initialize``, and saves with ``engine.save_checkpoint(OUT)``
 (``OUT/global_stepN/`` and ``OUT/latest``), resuming itself from ``latest`` when it exists.
-No flag for any knob: dsguard can only reach them through the config file.
+No flag for any knob: dsguard can only reach them through the config file. With
+``--deepspeed_config PATH`` the micro-batch and accumulation come from that DeepSpeed config
+instead (``deepspeed.initialize(config=PATH)``), the way scripts that take DeepSpeed's own
+``--deepspeed_config`` argument do.
 
 Host memory: from step ``--alloc_from_step`` on, every micro-batch holds ``batch_size x
 max_length x --kib_per_token`` KiB of activations in a real tensor, so under the job's
@@ -44,28 +47,33 @@ def main() -> None:
     p.add_argument("--kib_per_token", type=int, default=0)
     p.add_argument("--alloc_from_step", type=int, default=0)
     p.add_argument("--trace")
+    p.add_argument("--deepspeed_config", help="take micro-batch and accumulation from here")
     args = p.parse_args()
     training = json.loads(Path(args.config).read_text())["training"]
-    micro = int(training["batch_size"])
-    accum = int(training["gradient_accumulation_steps"])
     max_length = int(training["max_length"])
-    ds_config = {
-        "train_micro_batch_size_per_gpu": micro,
-        "gradient_accumulation_steps": accum,
-        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-        "zero_optimization": {"stage": 0},
-    }
+    ds_config: dict[str, object] | str
+    if args.deepspeed_config:
+        ds_config = args.deepspeed_config  # DeepSpeed reads the file itself
+    else:
+        ds_config = {
+            "train_micro_batch_size_per_gpu": int(training["batch_size"]),
+            "gradient_accumulation_steps": int(training["gradient_accumulation_steps"]),
+            "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+            "zero_optimization": {"stage": 0},
+        }
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(DIM, DIM), torch.nn.Tanh(), torch.nn.Linear(DIM, 1))
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), config=ds_config
     )
+    micro = engine.train_micro_batch_size_per_gpu()
+    accum = engine.gradient_accumulation_steps()
     step = 0
     if (Path(args.out) / "latest").is_file():
         _, client = engine.load_checkpoint(args.out)
         step = int((client or {}).get("step", engine.global_steps))
     trace(args.trace, event="start", micro=micro, accum=accum, max_length=max_length,
-          resume_step=step, config=args.config,
+          resume_step=step, config=args.config, ds_config=args.deepspeed_config,
           ds_micro=engine.train_micro_batch_size_per_gpu(),
           ds_accum=engine.gradient_accumulation_steps())  # fmt: skip
     g = torch.Generator().manual_seed(1)
