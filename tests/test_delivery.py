@@ -424,3 +424,20 @@ def test_quick_start_bad_knob_and_limit(
                          knob_flags=[knob] if knob else [], memory_limit=limit)  # fmt: skip
     got = {p.field: p.message for p in info.value.problems}
     assert fragment in got[where], got
+
+
+def test_validate_and_plan_name_the_rungs_left_out(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dsguard.cli.main import main
+
+    path = job_file(work, FILE_JOB + "limits: {fixed: [gradient_accumulation_steps]}\n")
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "rung micro_batch is left out: gradient_accumulation_steps is fixed" in out
+    assert "rung lora is left out: lora cannot be delivered" in out
+    assert main(["plan", str(path), "--kind", "cuda_oom"]) == 0
+    out = capsys.readouterr().out
+    assert "rung gradient_checkpointing is left out" in out
+    rows = [ln.split()[1] for ln in out.splitlines() if ln.split()[:1] and ln.split()[0].isdigit()]
+    assert rows == ["(start)", "max_length"]  # micro_batch would need the fixed accumulation

@@ -282,6 +282,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         if ns.json:
             continue
         print(f"On repeated {kind}: ({len(steps) - 1} rungs, then give up)")
+        if kind is kinds[0]:
+            _print_routes(ns.job, job)
         for line in _plan_table(steps):
             print(line)
         print()
