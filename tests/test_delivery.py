@@ -184,6 +184,28 @@ def test_knobs_file_bad_input(work: Path, edit: tuple[str, str], field: str, fra
     assert found[0].file == path and found[0].line is not None
 
 
+def test_knobs_train_leaves_out_are_taken_from_the_script(work: Path) -> None:
+    """config.json's accumulation 4 must not become dsguard's default 1 in every copy."""
+    (work / "config.json").write_text(
+        json.dumps(
+            {"training": {"batch_size": 8, "gradient_accumulation_steps": 4, "max_length": 2048}}
+        )
+    )
+    job = load_job(job_file(work, FILE_JOB.replace(
+        "{micro_batch_size: 8, gradient_accumulation_steps: 1, max_length: 1024}",
+        "{micro_batch_size: 8}")))  # fmt: skip
+    assert (job.knobs.gradient_accumulation_steps, job.knobs.max_length) == (4, 2048)
+    assert {"gradient_accumulation_steps", "max_length"} <= job.explicit_knobs
+    (work / "config.json").write_text(
+        json.dumps({"training": {"batch_size": 8, "gradient_accumulation_steps": "four"}})
+    )
+    got = problems(job_file(work, FILE_JOB.replace(
+        "{micro_batch_size: 8, gradient_accumulation_steps: 1, max_length: 1024}",
+        "{micro_batch_size: 8}")))  # fmt: skip
+    assert [p.field for p in got] == ["knobs_file.keys.gradient_accumulation_steps"]
+    assert "'four' is not a whole number" in got[0].message
+
+
 def test_knob_with_two_routes_is_refused(work: Path) -> None:
     body = FILE_JOB + "knobs_env: {micro_batch_size: BS}\nflags: {max_length: --max_len}\n"
     got = {p.field: p.message for p in problems(job_file(work, body))}

@@ -41,8 +41,10 @@ from dsguard.job.knobs import (
     DEFAULT_FLAGS,
     FLAG_KNOBS,
     KNOB_NAMES,
+    KNOB_SPECS,
     MAX_BATCH,
     MAX_LENGTH,
+    OFFLOAD_NAMES,
     Knobs,
     Offload,
 )
@@ -1366,19 +1368,57 @@ def _check_knob_names(ctx: _Context, where: Loc, names: Sequence[str]) -> list[s
     return good
 
 
-def _agree(ctx: _Context, where: Loc, knob: str, stated: object, knobs: Knobs | None) -> None:
-    """The script's own value for ``knob`` must be the job's starting value: two different
-    statements of the micro-batch would make dsguard's global batch a guess."""
-    if knobs is None or stated is None or isinstance(stated, dict | list):
-        return
-    value = getattr(knobs, knob)
-    value = value.value if isinstance(value, Offload) else value
-    if str(stated).lower() != str(value).lower():
-        ctx.add(
-            where,
-            f"the script's own value for {knob} is {stated!r} but train: starts at {value!r}; "
-            "make them agree (dsguard sets it on every attempt)",
-        )
+#: knob -> (where the script states it, the value): from the knobs file or an args dotlist.
+_Stated = dict[str, tuple[Loc, object]]
+
+
+def _parse_stated(knob: str, stated: object) -> tuple[object, str | None]:
+    """The script's own value for ``knob`` as a knob value, or why it is not one."""
+    spec = KNOB_SPECS[knob]
+    text = str(stated).strip().lower()
+    if spec.kind == "bool":
+        if isinstance(stated, bool) or text in ("true", "false"):
+            return stated if isinstance(stated, bool) else text == "true", None
+        return None, f"{stated!r} is not true or false"
+    if spec.kind == "offload":
+        return (text, None) if text in OFFLOAD_NAMES else (None, f"{stated!r} is not an offload")
+    if isinstance(stated, bool) or not (isinstance(stated, int) or text.isdigit()):
+        return None, f"{stated!r} is not a whole number"
+    value = int(text)
+    low, high = spec.minimum, spec.maximum
+    if (low is not None and value < low) or (high is not None and value > high):
+        return None, f"{value} is outside {low}..{high}"
+    return value, None
+
+
+def _reconcile(
+    ctx: _Context, stated: _Stated, knobs: Knobs | None, explicit: set[str]
+) -> Knobs | None:
+    """The job's knobs with the script's own values taken in for knobs ``train:`` leaves out
+    (``gradient_accumulation_steps: 4`` in config.json must not silently become dsguard's
+    default 1 in every attempt's copy); a knob ``train:`` sets must agree with the script's
+    value, since two statements of the micro-batch would make the global batch a guess."""
+    if knobs is None:
+        return None
+    adopt: dict[str, object] = {}
+    for knob, (where, raw) in stated.items():
+        if raw is None or isinstance(raw, dict | list):
+            continue
+        value, error = _parse_stated(knob, raw)
+        current = getattr(knobs, knob)
+        current = current.value if isinstance(current, Offload) else current
+        if error is not None:
+            ctx.add(where, f"the script's own value for {knob}: {error}; set train.{knob}")
+        elif knob not in explicit:
+            adopt[knob] = Offload(str(value)) if knob == "offload" else value
+        elif value != current:
+            ctx.add(
+                where,
+                f"the script's own value for {knob} is {raw!r} but train: starts at "
+                f"{current!r}; make them agree (dsguard sets it on every attempt)",
+            )
+    explicit |= set(adopt)
+    return knobs.replace(**adopt) if adopt else knobs
 
 
 def _build_knobs_file(
@@ -1386,7 +1426,7 @@ def _build_knobs_file(
     kf_c: _Checked[KnobsFileSection] | None,
     args: Sequence[str],
     workdir: Path | None,
-    knobs: Knobs | None,
+    stated: _Stated,
 ) -> KnobsFile | None:
     """``knobs_file:`` read and checked: the file parses, ``arg`` is in args and names it,
     each key is a knob and a dotted key that can be set."""
@@ -1422,7 +1462,7 @@ def _build_knobs_file(
         except ValueError as exc:
             ctx.add(("knobs_file", "keys", knob), f"{path.name}: {exc}")
             continue
-        _agree(ctx, ("knobs_file", "keys", knob), knob, dotted_get(base, key), knobs)
+        stated[knob] = (("knobs_file", "keys", knob), dotted_get(base, key))
         keys[knob] = key
     return KnobsFile(path=path, arg=model.arg, keys=keys, fmt=fmt, base=base)
 
@@ -1432,13 +1472,13 @@ def _build_delivery(
     top_c: _Checked[_TopSection],
     kf_c: _Checked[KnobsFileSection] | None,
     workdir: Path | None,
-    knobs: Knobs | None,
+    stated: _Stated,
 ) -> KnobDelivery:
     """``knobs_file:``, ``knobs_dotlist:`` and ``knobs_env:`` checked; each knob has at most
     one route."""
     top = top_c.model
     args = list(top.args) if top is not None and "args" not in top_c.bad else []
-    kfile = _build_knobs_file(ctx, kf_c, args, workdir, knobs)
+    kfile = _build_knobs_file(ctx, kf_c, args, workdir, stated)
     dotlist: dict[str, str] = {}
     env: dict[str, str] = {}
     if top is not None and "knobs_dotlist" not in top_c.bad:
@@ -1450,7 +1490,7 @@ def _build_delivery(
             for index, arg in enumerate(args):
                 name, eq, value = arg.partition("=")
                 if eq and name.lstrip("+") == key.lstrip("+"):
-                    _agree(ctx, ("args", index), knob, value, knobs)
+                    stated[knob] = (("args", index), value)
             dotlist[knob] = key
     if top is not None and "knobs_env" not in top_c.bad:
         for knob in _check_knob_names(ctx, ("knobs_env",), list(top.knobs_env)):
@@ -1536,11 +1576,13 @@ def _build(
     ds_config = _build_deepspeed(ctx, parsed.deepspeed, base_dir)
     ds_spec = ds_config[0]
     knobs, explicit = _build_knobs(ctx, parsed.train, parsed.deepspeed, ds_config)
+    stated: _Stated = {}
+    delivery = _build_delivery(ctx, top_c, parsed.knobs_file, workdir, stated)
+    knobs = _reconcile(ctx, stated, knobs, explicit)
     if ds_spec is not None and knobs is not None and "world_size" not in top_c.bad:
         batch_problem = ds_batch_problem(ds_spec.base, knobs, world_size, ds_spec.config_path)
         if batch_problem is not None:
             ctx.add(("deepspeed", "config"), batch_problem)
-    delivery = _build_delivery(ctx, top_c, parsed.knobs_file, workdir, knobs)
     flag_map, resume_flag = _build_flags(
         ctx, top_c, parsed.flags, parsed.checkpoints, ds_spec, delivery=delivery
     )
