@@ -463,3 +463,14 @@ def test_validate_and_plan_name_the_rungs_left_out(
     assert "rung gradient_checkpointing is left out" in out
     rows = [ln.split()[1] for ln in out.splitlines() if ln.split()[:1] and ln.split()[0].isdigit()]
     assert rows == ["(start)", "max_length"]  # micro_batch would need the fixed accumulation
+
+
+def test_hf_job_has_nothing_left_out_and_the_console_line_is_short(work: Path) -> None:
+    hf = load_job(job_file(work, "name: hf\nscript: train.py\ntrain: {micro_batch_size: 4}\n"))
+    assert undeliverable_rungs(hf) == {}  # ZeRO rungs without DeepSpeed are inert, not lost
+    job = load_job(job_file(work, FILE_JOB))
+    line = human_line({"event": "knobs_routed", "ts": "x", "routes": routes(job),
+                       "left_out": {r: list(k) for r, k in undeliverable_rungs(job).items()},
+                       "packing": None})  # fmt: skip
+    assert "micro_batch_size by config.json: training.batch_size" in line
+    assert "rungs left out (no route or fixed): gradient_checkpointing" in line

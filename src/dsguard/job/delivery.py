@@ -266,8 +266,15 @@ def undeliverable_rungs(job: Job) -> dict[str, tuple[str, ...]]:
     route = routes(job)
     fixed = set(job.limits.fixed)
     out: dict[str, tuple[str, ...]] = {}
+    # Without a DeepSpeed config the ZeRO rungs are inapplicable, not undeliverable: they
+    # have nothing to change, so there is no delivery to report on them.
+    inert = {"zero_stage", "offload"} if job.deepspeed is None else set()
     for rung in dict.fromkeys((*job.ladder.oom, *job.ladder.host_oom)):
-        bad = tuple(k for k in RUNG_KNOBS.get(rung, ()) if route[k] is None or k in fixed)
+        bad = tuple(
+            k
+            for k in RUNG_KNOBS.get(rung, ())
+            if k in fixed or (route[k] is None and k not in inert)
+        )
         if bad:
             out[rung] = bad
     return out

@@ -380,12 +380,15 @@ class Supervisor:
             log_dir=job.log_dir, checkpoint_dir=ledger.ckpt_dir, recovered=recovered is not None,
             dsguard_version=__version__, pid=pid, first_attempt=ledger.attempt + 1,
         )  # fmt: skip
-        events.emit(
-            "knobs_routed", routes=routes(job),
-            left_out={r: list(k) for r, k in undeliverable_rungs(job).items()},
-            fixed=list(job.limits.fixed), packing=job.data.packing,
-            packing_source=job.data.source,
-        )  # fmt: skip
+        left_out = {r: list(k) for r, k in undeliverable_rungs(job).items()}
+        if job.delivery.declared or left_out or job.data.packing or job.limits.fixed:
+            # Only when there is something to say: an HF job whose knobs all go by flag
+            # gets no extra line.
+            events.emit(
+                "knobs_routed", routes=routes(job), left_out=left_out,
+                fixed=list(job.limits.fixed), packing=job.data.packing,
+                packing_source=job.data.source,
+            )  # fmt: skip
         return _Run(
             run_id=run_id, events=events, sm=sm, ledger=ledger, cfg=PolicyConfig.from_job(job),
             t0=self.host.monotonic(), recovered=recovered is not None,
