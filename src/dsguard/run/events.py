@@ -216,14 +216,14 @@ def human_line(ev: dict[str, Any]) -> str:
         if ev.get("delay_s"):
             body += f"; waiting {ev['delay_s']:.0f} s"
     elif name == "knobs_routed":
-        route = ev.get("routes") or {}
-        other = [f"{k} by {r}" for k, r in route.items() if r and not r.startswith("flag ")]
-        body = "knobs: " + (", ".join(other) or "all by flag")
+        # What the ladder cannot do comes first: a long list of routes is cut at the width.
         left = ev.get("left_out") or {}
-        if left:
-            body += "; rungs left out (no route or fixed): " + ", ".join(left)
+        body = "rungs left out (no route or fixed): " + (", ".join(left) or "none")
         if ev.get("packing"):
             body += f"; packed data ({ev.get('packing_source')})"
+        route = ev.get("routes") or {}
+        other = [f"{k} by {r}" for k, r in route.items() if r and not r.startswith("flag ")]
+        body += "; knobs: " + (", ".join(other) or "all by flag")
     elif name == "attempt_finished":
         body = f"attempt finished: exit {ev.get('exit_code')} after {ev.get('duration_s', 0):.1f} s"
     elif name == "run_gave_up":
