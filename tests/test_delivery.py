@@ -367,6 +367,13 @@ def packed(work: Path) -> Job:
     return load_job(job_file(work, body))
 
 
+def test_block_size_as_the_max_length_flag_means_packing(work: Path) -> None:
+    body = "name: p\nscript: train.py\ntrain: {micro_batch_size: 2}\n"
+    body += "flags: {max_length: --block_size}\n"
+    data = load_job(job_file(work, body)).data
+    assert data.packing is True and "run_clm" in str(data.source)
+
+
 def test_packed_max_length_move_starts_a_new_phase(packed: Job) -> None:
     cfg = PolicyConfig.from_job(packed)
     d = decide(FailureKind.CUDA_OOM, knobs=packed.knobs, positions={}, history=(), cfg=cfg)

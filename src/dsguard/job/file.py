@@ -1523,11 +1523,17 @@ def _has_packing_key(node: object, depth: int = 0) -> str | None:
 
 
 def _build_data(
-    data_c: _Checked[DataSection] | None, args: Sequence[str], delivery: KnobDelivery
+    data_c: _Checked[DataSection] | None,
+    args: Sequence[str],
+    delivery: KnobDelivery,
+    flag_map: Mapping[str, str | None] | None = None,
 ) -> DataSpec:
     """``data.packing`` as stated, else as the command line or the script's config says."""
     if data_c is not None and data_c.model is not None and data_c.model.packing is not None:
         return DataSpec(packing=data_c.model.packing, source="data.packing")
+    max_length_flag = (flag_map or {}).get("max_length")
+    if max_length_flag is not None and _canonical_flag(max_length_flag) == "--block_size":
+        return DataSpec(packing=True, source=f"flags.max_length {_PACKING_FLAGS['--block_size']}")
     for flag, why in _PACKING_FLAGS.items():
         found = _arg_value(args, flag)
         last = bool(args) and _canonical_flag(args[-1]) == flag  # a bare store_true flag
@@ -1590,7 +1596,8 @@ def _build(
     ladder = _build_ladder(ctx, parsed.ladder)
     limits = _build_limits(ctx, parsed.limits, knobs)
     limits = dataclasses.replace(limits, fixed=_check_fixed(ctx, parsed.limits))
-    data_spec = _build_data(parsed.data, list(top.args) if top is not None else [], delivery)
+    args = list(top.args) if top is not None else []
+    data_spec = _build_data(parsed.data, args, delivery, flag_map)
     resources = _build_resources(ctx, parsed.resources)
     log_dir = _build_log_dir(ctx, top_c, base_dir, writable=writable)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
