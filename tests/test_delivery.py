@@ -104,6 +104,30 @@ def test_knobs_file_job_routes_and_launch(work: Path) -> None:
     assert json.loads((work / "config.json").read_text()) == CONFIG  # the user's file untouched
 
 
+def test_knobs_file_as_a_positional_argument(work: Path) -> None:
+    """``axolotl train config.yml`` / ``llamafactory-cli train config.yaml``: no flag names
+    the file; the args item that does is replaced."""
+    (work / "cfg.yaml").write_text("micro_batch_size: 8\nsample_packing: true\n")
+    body = """
+    name: positional
+    script: train.py
+    args: [train, ./cfg.yaml]
+    train: {micro_batch_size: 8}
+    knobs_file: {path: cfg.yaml, keys: {micro_batch_size: micro_batch_size}}
+    """
+    job = load_job(job_file(work, body))
+    assert job.data.packing is True and job.data.source == "cfg.yaml: sample_packing"
+    copy = work / "runs" / "attempt-1.cfg.yaml"
+    cmd = build_command(job, job.knobs.replace(micro_batch_size=4), run_id="r", attempt=1,
+                        base_env={}, ds_config=None, resume_from=None, output_dir=None,
+                        knobs_file=copy)  # fmt: skip
+    assert cmd.argv[-2:] == ["train", str(copy)]
+    assert yaml.safe_load(render_knobs_file(job.delivery.file, job.knobs.replace(
+        micro_batch_size=4)))["micro_batch_size"] == 4  # fmt: skip
+    got = problems(job_file(work, body.replace("./cfg.yaml", "other.yaml")))
+    assert got[0].field == "knobs_file.arg" and "no item of args names" in got[0].message
+
+
 @pytest.mark.parametrize("suffix", [".json", ".yaml", ".yml", ".toml"])
 def test_knobs_file_round_trip_every_format(work: Path, suffix: str) -> None:
     """Each format is written so its own reader gives the content back, nested keys that

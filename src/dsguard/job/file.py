@@ -201,7 +201,9 @@ class KnobsFileSection(Section):
     """``knobs_file:``: the script reads its knobs from its own config file."""
 
     path: str = spec(Str())
-    arg: str = spec(Str())
+    #: null: the file is a positional argument (``axolotl train config.yml``,
+    #: ``llamafactory-cli train config.yaml``), the args item that names it is replaced.
+    arg: str | None = spec(Str(), None)
     keys: dict[str, str] = spec(StrMap())
 
 
@@ -232,7 +234,7 @@ _FALLBACKS: dict[str, dict[str, Any]] = {
     "train": {"micro_batch_size": 1},
     "deepspeed": {"config": ""},
     "checkpoints": {"dir": "."},
-    "knobs_file": {"path": "", "arg": "", "keys": {}},
+    "knobs_file": {"path": "", "keys": {}},
 }
 #: Extra hints for shape errors, by dotted field (without list indices) and error type.
 _HINTS: dict[tuple[str, str], str] = {
@@ -1421,6 +1423,36 @@ def _reconcile(
     return knobs.replace(**adopt) if adopt else knobs
 
 
+def _check_knobs_file_arg(
+    ctx: _Context, arg: str | None, args: Sequence[str], workdir: Path, path: Path
+) -> None:
+    """``arg`` (or, when null, a positional item) must be in args and name ``path``: that is
+    the value dsguard replaces with each attempt's copy."""
+    if arg is None:
+        named = [i for i, a in enumerate(args) if a[:1] != "-" and _absolute(workdir, a) == path]
+        if len(named) != 1:
+            how = "no item" if not named else f"{len(named)} items"
+            ctx.add(
+                ("knobs_file", "arg"),
+                f"null means the file is a positional argument, but {how} of args names "
+                f"{path}; give arg: (the flag before it) or list the file once",
+            )
+        return
+    found = _arg_value(args, arg)
+    if not _FLAG_RE.match(arg):
+        ctx.add(("knobs_file", "arg"), f"must be a flag like --config, got {arg!r}")
+    elif found is None:
+        ctx.add(
+            ("knobs_file", "arg"),
+            f"{arg} with a value is not in args; dsguard replaces its value with the "
+            "per-attempt copy of the file",
+        )
+    elif not any(a.partition("=")[0] == arg for a in args):
+        ctx.add(("knobs_file", "arg"), f"args spell {arg} differently; write it as in args")
+    elif _absolute(workdir, found[1]) != path:
+        ctx.add(("args", found[0]), f"{found[1]} is not knobs_file.path ({path})")
+
+
 def _build_knobs_file(
     ctx: _Context,
     kf_c: _Checked[KnobsFileSection] | None,
@@ -1438,19 +1470,8 @@ def _build_knobs_file(
     if error is not None or base is None or fmt is None:
         ctx.add(("knobs_file", "path"), str(error))
         return None
-    found = _arg_value(args, model.arg) if "arg" not in kf_c.bad else None
-    if "arg" not in kf_c.bad and not _FLAG_RE.match(model.arg):
-        ctx.add(("knobs_file", "arg"), f"must be a flag like --config, got {model.arg!r}")
-    elif found is None and "arg" not in kf_c.bad:
-        ctx.add(
-            ("knobs_file", "arg"),
-            f"{model.arg} with a value is not in args; dsguard replaces its value with the "
-            "per-attempt copy of the file",
-        )
-    elif found is not None and not any(a.partition("=")[0] == model.arg for a in args):
-        ctx.add(("knobs_file", "arg"), f"args spell {model.arg} differently; write it as in args")
-    elif found is not None and _absolute(workdir, found[1]) != path:
-        ctx.add(("args", found[0]), f"{found[1]} is not knobs_file.path ({path})")
+    if "arg" not in kf_c.bad:
+        _check_knobs_file_arg(ctx, model.arg, args, workdir, path)
     keys: dict[str, str] = {}
     for knob in _check_knob_names(ctx, ("knobs_file", "keys"), list(model.keys)):
         key = model.keys[knob]

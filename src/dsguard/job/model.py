@@ -146,7 +146,9 @@ class KnobsFile:
     """
 
     path: Path
-    arg: str
+    #: The flag whose value names the file; None: the file is a positional argument, and the
+    #: args item that resolves to ``path`` is replaced.
+    arg: str | None
     #: knob -> dotted key in the file (``training.batch_size``).
     keys: Mapping[str, str]
     fmt: KnobsFileFormat

@@ -6,6 +6,7 @@ config to ``log_dir``). argv is always a list: no shell ever parses user argumen
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,12 @@ def _knob_env(job: Job, knobs: Knobs) -> dict[str, str]:
     return out
 
 
+def _names(workdir: Path, arg: str, path: Path) -> bool:
+    """Whether the argument ``arg`` names ``path`` (relative to the workdir, like the job
+    file's check: normalised, symlinks kept)."""
+    return Path(os.path.normpath(workdir / Path(arg).expanduser())) == path
+
+
 def _replace_flag(args: Sequence[str], flag: str, value: str) -> list[str]:
     out = list(args)
     for i, a in enumerate(out):
@@ -175,8 +182,15 @@ def build_command(
     ckpt = job.checkpoints
     if output_dir is not None and ckpt is not None and ckpt.output_flag is not None:
         args = _replace_flag(args, ckpt.output_flag, str(output_dir))
-    if knobs_file is not None and job.delivery.file is not None:
-        args = _replace_flag(args, job.delivery.file.arg, str(knobs_file))
+    kf = job.delivery.file
+    if knobs_file is not None and kf is not None:
+        if kf.arg is not None:
+            args = _replace_flag(args, kf.arg, str(knobs_file))
+        else:  # a positional argument: the item that names the user's file
+            args = [
+                str(knobs_file) if a[:1] != "-" and _names(job.workdir, a, kf.path) else a
+                for a in args
+            ]
     args = _dotlist_args(job, knobs, args)
     argv = _launcher_prefix(job) + args + knob_args(job, knobs)
     if job.deepspeed is not None and job.deepspeed.flag is not None and ds_config is not None:
