@@ -505,3 +505,11 @@ def test_hf_job_has_nothing_left_out_and_the_console_line_is_short(work: Path) -
                        "packing": None})  # fmt: skip
     assert "micro_batch_size by config.json: training.batch_size" in line
     assert "rungs left out (no route or fixed): gradient_checkpointing" in line
+
+
+def test_the_plain_deepspeed_example_validates() -> None:
+    example = Path(__file__).resolve().parents[1] / "configs/examples/plain-deepspeed.yaml"
+    job = load_job(example)
+    assert job.delivery.file is not None
+    assert routes(job)["micro_batch_size"] == "plain-deepspeed.config.json: training.batch_size"
+    assert undeliverable_rungs(job)["pin_memory"] == ("pin_memory",)
