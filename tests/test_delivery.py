@@ -513,3 +513,16 @@ def test_the_plain_deepspeed_example_validates() -> None:
     assert job.delivery.file is not None
     assert routes(job)["micro_batch_size"] == "plain-deepspeed.config.json: training.batch_size"
     assert undeliverable_rungs(job)["pin_memory"] == ("pin_memory",)
+
+
+def test_quick_start_cli_knob_and_memory_limit(tmp_path: Path, run_dsguard: Any) -> None:
+    """The real CLI: --knob and --memory-limit reach the job; no HF flag is invented."""
+    (tmp_path / "echo.py").write_text("import sys; print('ARGS', sys.argv[1:])\n")
+    res = run_dsguard("run", "--quiet", "--log-dir", "runs", "--knob", "max_length=--block_size",
+                      "--memory-limit", "4GiB", "--", sys.executable, "echo.py",
+                      "--block_size", "128")  # fmt: skip
+    assert res.code == 0, res.proc.stderr
+    argv = res.named("attempt_started")[0]["argv"]
+    assert argv[-2:] == ["--block_size", "128"] and "--as-bytes" in argv
+    assert str(4 * 1024**3) in argv and not any(a.startswith("--per_device") for a in argv)
+    assert res.named("knobs_routed")[0]["packing"] is True
