@@ -61,7 +61,8 @@ def test_terminal_events_have_identical_fields() -> None:
     """Readers handle the three run endings alike; run_stopped adds only the signal."""
     names = {cls: [f.name for f in msgspec.structs.fields(cls)] for cls in EVENTS.values()}
     expected = ["reason", "kind", "attempts", "knobs", "changes", "global_batch",
-                "initial_global_batch", "phase", "duration_s"]  # fmt: skip
+                "initial_global_batch", "phase", "duration_s", "tokens_per_step",
+                "initial_tokens_per_step"]  # fmt: skip
     assert names[RunSucceeded] == expected and names[RunGaveUp] == expected
     assert names[RunStopped] == [*expected, "signal"]
     assert all(f.required for f in msgspec.structs.fields(RunStopped))
@@ -179,7 +180,8 @@ def test_emit_a_record(tmp_path: Path) -> None:
     log = _log(tmp_path)
     rec = RunStopped(reason="stopped by signal 15", kind=None, attempts=2, knobs={"zero_stage": 2},
                      changes={}, global_batch=8, initial_global_batch=8, phase=1,
-                     duration_s=1.5, signal=int(signal.SIGTERM))  # fmt: skip
+                     duration_s=1.5, tokens_per_step=None, initial_tokens_per_step=None,
+                     signal=int(signal.SIGTERM))  # fmt: skip
     written = log.emit(rec)
     log.close()
     assert written["event"] == "run_stopped" and written["signal"] == 15

@@ -32,7 +32,7 @@ KEY_ERROR = "KeyError: 'labels'"
 #: The fields the three terminal events share (run_stopped adds ``signal``).
 TERMINAL_FIELDS = {
     "reason", "kind", "attempts", "knobs", "changes", "global_batch",
-    "initial_global_batch", "phase", "duration_s",
+    "initial_global_batch", "phase", "duration_s", "tokens_per_step", "initial_tokens_per_step",
 }  # fmt: skip
 TERMINAL_EVENTS = ("run_succeeded", "run_gave_up", "run_stopped")
 _ENVELOPE = {"ts", "event", "run_id", "attempt", "job"}

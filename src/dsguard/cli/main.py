@@ -92,6 +92,13 @@ def cmd_run(ns: argparse.Namespace) -> int:
         if ns.job and command:
             print("dsguard run: give a job file or '-- COMMAND', not both", file=sys.stderr)
             return EXIT_USAGE
+        if ns.job and (ns.knob or ns.memory_limit):
+            print(
+                "dsguard run: --knob and --memory-limit are for a quick start; write them in "
+                "the job file (flags:, resources.host_memory_limit)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         if ns.job:
             job = _load(ns.job, writable=True)
         elif command:
@@ -102,6 +109,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
                 cwd=Path.cwd(),
                 name=ns.name,
                 log_dir=Path(ns.log_dir).resolve() if ns.log_dir else None,
+                knob_flags=ns.knob,
+                memory_limit=ns.memory_limit,
             )
         else:
             print("dsguard run: give a job file or '-- COMMAND ...'", file=sys.stderr)
@@ -188,6 +197,7 @@ def cmd_validate(ns: argparse.Namespace) -> int:
                 print(f"{job.deepspeed.config_path}: {problem}", file=sys.stderr)
             print("dsguard: nothing was launched", file=sys.stderr)
             return EXIT_USAGE
+    _print_routes(ns.job, job)
     k = job.knobs
     print(
         f"{ns.job}: ok: job {job.name!r}, launcher {job.launcher}, world {job.world_size}, "
@@ -196,6 +206,25 @@ def cmd_validate(ns: argparse.Namespace) -> int:
         f"{job.world_size}), log_dir {job.log_dir}"
     )
     return EXIT_OK
+
+
+def _print_routes(where: str, job: Any) -> None:
+    """What ``validate`` says about knob delivery: each rung left out of the ladder because a
+    knob it changes cannot reach the script (or is fixed), and what packing was detected."""
+    from dsguard.job.delivery import routes, undeliverable_rungs
+
+    route = routes(job)
+    for rung, knobs in undeliverable_rungs(job).items():
+        whys = [
+            f"{k} is fixed by limits.fixed"
+            if k in job.limits.fixed
+            else f"{k} cannot be delivered (no flag, knobs_file key, knobs_dotlist key or "
+            "knobs_env name" + (", and not a DeepSpeed config key)" if route[k] is None else ")")
+            for k in knobs
+        ]
+        print(f"{where}: ladder: rung {rung} is left out: {'; '.join(whys)}")
+    if job.data.packing:
+        print(f"{where}: data: packed ({job.data.source}): a max_length move starts a new phase")
 
 
 def _plan_table(steps: Sequence[Any]) -> list[str]:
@@ -250,6 +279,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
                 "rung": s.rung,
                 "knobs": s.knobs.as_dict(),
                 "global_batch": s.global_batch,
+                "tokens_per_step": s.tokens_per_step,
                 "new_phase": s.new_phase,
                 "caveats": list(s.caveats),
             }
@@ -258,6 +288,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         if ns.json:
             continue
         print(f"On repeated {kind}: ({len(steps) - 1} rungs, then give up)")
+        if kind is kinds[0]:
+            _print_routes(ns.job, job)
         for line in _plan_table(steps):
             print(line)
         print()
@@ -443,6 +475,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="job name for a quick start (default: the script name)")
     run.add_argument("--log-dir", help="log dir for a quick start (default: runs/NAME)")
     run.add_argument("--quiet", action="store_true", help="do not mirror the child's output")
+    run.add_argument(
+        "--knob", action="append", default=[], metavar="NAME=FLAG",
+        help="quick start: the script's flag for a knob (e.g. max_length=--block_size); only "
+        "flags the command has or --knob declares are passed",
+    )  # fmt: skip
+    run.add_argument(
+        "--memory-limit", metavar="SIZE",
+        help="quick start: resources.host_memory_limit (RLIMIT_AS per process), e.g. 6GiB",
+    )  # fmt: skip
     run.set_defaults(func=cmd_run)
 
     val = sub.add_parser("validate", help="check a job file; launch nothing")

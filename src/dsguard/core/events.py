@@ -134,6 +134,10 @@ class _RunEnded(Event):
     initial_global_batch: int
     phase: int
     duration_s: float
+    #: Tokens per optimizer step (micro x accumulation x world x max_length) at the end and
+    #: at the start; None when max_length is unknown (issue 14).
+    tokens_per_step: int | None
+    initial_tokens_per_step: int | None
 
 
 class RunSucceeded(_RunEnded):
@@ -377,8 +381,10 @@ class RemedyApplied(Event):
 
 
 class PolicyApplied(Event):
-    """The ladder's decision for the next attempt: the rung, the knob changes and whether
-    the global batch was kept (it is unless the rung starts a new phase)."""
+    """The ladder's decision for the next attempt: the rung, the knob changes, whether the
+    global batch was kept (it is unless the rung starts a new phase), and the tokens per
+    optimizer step before and after (a max_length move keeps the batch in samples and still
+    changes the tokens: None when max_length is unknown)."""
 
     rung: str | None
     changes: dict[str, Any]
@@ -391,6 +397,8 @@ class PolicyApplied(Event):
     global_batch_after: int
     phase: int | None = None
     output_dir: str | None = None
+    tokens_per_step_before: int | None = None
+    tokens_per_step_after: int | None = None
 
 
 class PhaseStarted(Event):
@@ -576,7 +584,6 @@ class LogDirRecreated(Event):
 
 
 EVENTS.update({"console_lost": ConsoleLost, "log_dir_recreated": LogDirRecreated})
-_NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 
 # -- issue 17: notifications and metrics ------------------------------------------------------
@@ -617,6 +624,27 @@ EVENTS.update(
         "output_unavailable": OutputUnavailable,
     }
 )
+
+
+# -- issue 14: knob delivery beyond flags, declared data semantics --------------------------
+# Appended here (not in the table above) so parallel additions merge as separate blocks.
+
+
+class KnobsRouted(Event):
+    """How each knob reaches the script this run (``routes``: a flag, a key of the script's
+    own config file, a ``key=value`` argument, an environment variable, the rendered
+    DeepSpeed config; None: no route), and the rungs left out of the ladder because a knob
+    they change has no route or is fixed by ``limits.fixed``: those moves are never made, so
+    never logged as made. ``packing``: what the job says about packed data (None: unknown)."""
+
+    routes: dict[str, str | None]
+    left_out: dict[str, list[str]]
+    fixed: list[str]
+    packing: bool | None
+    packing_source: str | None
+
+
+EVENTS.update({"knobs_routed": KnobsRouted})
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 

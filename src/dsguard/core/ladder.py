@@ -29,6 +29,7 @@ from dsguard.core.remedies import GiveUp as RemedyGiveUp
 from dsguard.core.remedies import Remedy, next_remedy
 from dsguard.core.rungs import RUNGS, Move, RungContext
 from dsguard.errors import InvariantViolation
+from dsguard.job.delivery import RUNG_KNOBS, routes, tokens_per_step
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import Job, Ladder, Limits
 
@@ -128,6 +129,9 @@ class PolicyConfig:
                 flags=job.flags,
                 has_deepspeed=job.deepspeed is not None,
                 can_start_phase=can_redirect,
+                delivered=frozenset(k for k, r in routes(job).items() if r is not None),
+                fixed=frozenset(job.limits.fixed),
+                packing=job.data.packing,
             ),
         )
 
@@ -198,15 +202,46 @@ def _failures_since_progress(history: Sequence[AttemptRecord], kind: FailureKind
     return n
 
 
+def _blocked(old: Knobs, new: Knobs, ctx: RungContext) -> tuple[str, ...]:
+    """The knobs a move from ``old`` to ``new`` would change that it must not: fixed by
+    ``limits.fixed``, or with no route to the script (the change would be logged and never
+    happen)."""
+    return tuple(
+        k
+        for k in old.diff(new)
+        if k in ctx.fixed or (ctx.delivered is not None and k not in ctx.delivered)
+    )
+
+
 def walk(
     rungs: Sequence[str], start: int, knobs: Knobs, ctx: RungContext
 ) -> tuple[int, Move] | None:
-    """First rung at or after ``start`` that still has something to give."""
+    """First rung at or after ``start`` that still has something to give. A move that would
+    change a fixed knob or one with no route to the script is left out (never logged as a
+    change that did not happen)."""
     for i in range(start, len(rungs)):
         move = RUNGS[rungs[i]](knobs, ctx)
-        if move is not None:
+        if move is not None and not _blocked(knobs, move.knobs, ctx):
             return i, move
     return None
+
+
+def left_out(rungs: Sequence[str], ctx: RungContext) -> list[str]:
+    """Why each rung of ``rungs`` can never be taken in this job (for the give-up message):
+    a knob it changes is fixed, or has no route to the script."""
+    out: list[str] = []
+    for rung in rungs:
+        fixed = [k for k in RUNG_KNOBS.get(rung, ()) if k in ctx.fixed]
+        lost = [
+            k
+            for k in RUNG_KNOBS.get(rung, ())
+            if ctx.delivered is not None and k not in ctx.delivered and k not in fixed
+        ]
+        why = [f"{k} fixed by limits.fixed" for k in fixed]
+        why += [f"{k} has no route to the script" for k in lost]
+        if why:
+            out.append(f"{rung} ({', '.join(why)})")
+    return out
 
 
 def _check_invariant(old: Knobs, new: Knobs, world_size: int) -> None:
@@ -246,9 +281,12 @@ def decide(
         rungs: tuple[str, ...] = getattr(cfg.ladder, ladder_name)
         found = walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx)
         if found is None:
+            skipped = left_out(rungs, cfg.ctx)
+            possible = [r for r in rungs if not any(s.startswith(r + " (") for s in skipped)]
+            note = f"; left out: {'; '.join(skipped)}" if skipped else ""
             return GiveUp(
                 f"{kind}: the {ladder_name} ladder is exhausted "
-                f"({', '.join(rungs) or 'no rungs'}) at {knobs.as_dict()}"
+                f"(possible rungs: {', '.join(possible) or 'none'}) at {knobs.as_dict()}{note}"
             )
         index, move = found
         _check_invariant(knobs, move.knobs, cfg.world_size)
@@ -318,6 +356,8 @@ class PlanStep:
     global_batch: int
     new_phase: bool
     caveats: tuple[str, ...] = field(default=())
+    #: micro x accumulation x world x max_length; None when max_length is unknown.
+    tokens_per_step: int | None = None
 
 
 def plan(kind: FailureKind, knobs: Knobs, cfg: PolicyConfig) -> list[PlanStep]:
@@ -326,7 +366,12 @@ def plan(kind: FailureKind, knobs: Knobs, cfg: PolicyConfig) -> list[PlanStep]:
     Uses ``decide`` itself, so the plan cannot drift from what the run loop does; max_attempts
     is ignored here (the plan shows the whole ladder).
     """
-    steps = [PlanStep(None, knobs, knobs.global_batch(cfg.world_size), False)]
+    steps = [
+        PlanStep(
+            None, knobs, knobs.global_batch(cfg.world_size), False,
+            tokens_per_step=tokens_per_step(knobs, cfg.world_size),
+        )
+    ]  # fmt: skip
     positions: dict[str, int] = {}
     unbounded = PolicyConfig(
         ladder=cfg.ladder,
@@ -346,6 +391,7 @@ def plan(kind: FailureKind, knobs: Knobs, cfg: PolicyConfig) -> list[PlanStep]:
                 knobs.global_batch(cfg.world_size),
                 decision.new_phase,
                 decision.caveats,
+                tokens_per_step(knobs, cfg.world_size),
             )
         )
     return steps

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dsguard.core.preflight import Fix, Problem, check_deepspeed_config, uses_hf_trainer
+from dsguard.job.delivery import ds_config_delivers
 from dsguard.job.knobs import Knobs, Offload
 from dsguard.job.model import Job
 
@@ -63,7 +64,7 @@ def _offload_block(existing: object, knobs: Knobs) -> dict[str, Any]:
 
 
 def render_deepspeed_config(
-    base: Mapping[str, Any], knobs: Knobs, world_size: int
+    base: Mapping[str, Any], knobs: Knobs, world_size: int, *, stated: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
     """The DeepSpeed config for one attempt: the user's base config with dsguard's knobs.
 
@@ -74,6 +75,10 @@ def render_deepspeed_config(
       mismatch and a plain DeepSpeed script would silently train another global batch.
     * With offload and no ``optimizer`` block, HF creates a torch optimizer, which DeepSpeed
       rejects under offload unless ``zero_force_ds_cpu_optimizer`` is false.
+    * ``stated``: batch keys written as numbers even when the base leaves them out or
+      ``"auto"``: the config is the only route of that knob to the script (a plain DeepSpeed
+      loop that reads its micro-batch from ``deepspeed.initialize``), so a missing key would
+      leave the change unmade.
     """
     cfg: dict[str, Any] = copy.deepcopy(dict(base))
     if knobs.zero_stage is None:
@@ -98,7 +103,7 @@ def render_deepspeed_config(
         "train_batch_size": knobs.global_batch(world_size),
     }
     for key in _BATCH_KEYS:
-        if key in cfg and cfg[key] != "auto":
+        if key in stated or (key in cfg and cfg[key] != "auto"):
             cfg[key] = values[key]
     return cfg
 
@@ -117,7 +122,9 @@ def render_attempt_config(
     """
     if job.deepspeed is None:
         raise ValueError(f"job {job.name!r} has no deepspeed: section")
-    rendered = render_deepspeed_config(job.deepspeed.base, knobs, world_size)
+    rendered = render_deepspeed_config(
+        job.deepspeed.base, knobs, world_size, stated=_stated_by_config(job)
+    )
     if remedies:
         from dsguard.core.remedies import remedy_config
 
@@ -127,6 +134,13 @@ def render_attempt_config(
     )
     overrides = _overridden_batch_keys(job, rendered)
     return Rendered(pre.config, overrides + list(pre.fixes), list(pre.problems), rendered)
+
+
+def _stated_by_config(job: Job) -> frozenset[str]:
+    """The batch keys whose knob reaches the script only through the DeepSpeed config."""
+    keys = {"micro_batch_size": "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps": "gradient_accumulation_steps"}  # fmt: skip
+    return frozenset(key for knob, key in keys.items() if ds_config_delivers(job, knob))
 
 
 #: The job-file knob each batch key of the DeepSpeed config comes from.

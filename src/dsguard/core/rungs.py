@@ -32,6 +32,15 @@ class RungContext:
     #: stage exactly (fp32 weights, Adam moments and step transplanted into the new engine),
     #: so a stage change between ZeRO 1/2 and 3 is a plain resume, not a new phase.
     exact_zero_transfer: bool = False
+    #: Knobs that reach the script by some route (flag, config-file key, dotlist, env, the
+    #: DeepSpeed config; ``job.delivery.routes``). None = judge by ``flags`` alone (tests and
+    #: older callers). A move that changes a knob outside this set is never made.
+    delivered: frozenset[str] | None = None
+    #: Knobs no move may change (``limits.fixed``).
+    fixed: frozenset[str] = frozenset()
+    #: The data is packed into ``max_length`` chunks (None: unknown): a max_length move then
+    #: changes the dataset, so it is a new phase, not a resume.
+    packing: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,8 @@ Rung = Callable[[Knobs, RungContext], Move | None]
 
 
 def _flag_ok(ctx: RungContext, *knobs: str) -> bool:
+    if ctx.delivered is not None:
+        return all(k in ctx.delivered for k in knobs)
     return all(ctx.flags.get(k) is not None for k in knobs)
 
 
@@ -89,6 +100,21 @@ def max_length(k: Knobs, ctx: RungContext) -> Move | None:
     if k.max_length <= ctx.min_max_length:
         return None
     new = max(ctx.min_max_length, k.max_length // 2)
+    if ctx.packing:
+        # Packed data: the chunks themselves change (run_clm regroups the corpus into
+        # block_size chunks), so the checkpoint's data position points into another dataset:
+        # resuming would train some text twice and skip other text. Only a new phase is honest.
+        if not ctx.can_start_phase:
+            return None
+        return Move(
+            k.replace(max_length=new),
+            new_phase=True,
+            caveats=(
+                f"packed data: max_length {k.max_length} -> {new} regroups the dataset into "
+                f"{new}-token chunks; the data position cannot be resumed, so this is a new "
+                "phase, and each optimizer step now holds half the tokens",
+            ),
+        )
     return Move(
         k.replace(max_length=new),
         caveats=(

@@ -35,13 +35,16 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from dsguard.errors import JobFileError, Problem
+from dsguard.job.delivery import DOTTED_KEY_RE, dotted_get, dotted_set, read_knobs_file
 from dsguard.job.knobs import (
     BOOL_KNOBS,
     DEFAULT_FLAGS,
     FLAG_KNOBS,
     KNOB_NAMES,
+    KNOB_SPECS,
     MAX_BATCH,
     MAX_LENGTH,
+    OFFLOAD_NAMES,
     Knobs,
     Offload,
 )
@@ -49,8 +52,11 @@ from dsguard.job.model import (
     ALL_RUNGS,
     LAUNCHER_NAMES,
     CheckpointSpec,
+    DataSpec,
     DeepSpeedSpec,
     Job,
+    KnobDelivery,
+    KnobsFile,
     Ladder,
     LauncherKind,
     Limits,
@@ -163,6 +169,7 @@ class LimitsSection(Section):
     fatal_grace_s: float | None = spec(Float(ge=0, le=_HOUR_S), None)
     hang_timeout_s: float | None = spec(Float(gt=0, le=_WEEK_S), None)
     stop_save_timeout_s: float | None = spec(Float(ge=0, le=_DAY_S), None)
+    fixed: list[str] | None = spec(ListOf(Str()), None)
 
 
 class ResourcesSection(Section):
@@ -185,7 +192,26 @@ class _TopSection(Section):
     world_size: int | None = spec(Int(ge=1, le=MAX_WORLD_SIZE), None)
     env: dict[str, str] = spec(StrMap(), {}, nullable=False)
     log_dir: str | None = spec(Str(), None)
+    knobs_dotlist: dict[str, str] = spec(StrMap(), {}, nullable=False)
+    knobs_env: dict[str, str] = spec(StrMap(), {}, nullable=False)
     notify: list[str] | None = spec(ListOf(Str()), None)  # issue 17: apprise URLs
+
+
+# -- issue 14: knob delivery beyond flags, data semantics -------------------------------------
+
+
+class KnobsFileSection(Section):
+    """``knobs_file:``: the script reads its knobs from its own config file."""
+
+    path: str = spec(Str())
+    #: null: the file is a positional argument (``axolotl train config.yml``,
+    #: ``llamafactory-cli train config.yaml``), the args item that names it is replaced.
+    arg: str | None = spec(Str(), None)
+    keys: dict[str, str] = spec(StrMap())
+
+
+class DataSection(Section):
+    packing: bool | None = spec(Bool(), None)
 
 
 class MetricsSection(Section):
@@ -196,6 +222,8 @@ class MetricsSection(Section):
 
 
 _SECTIONS: dict[str, type[Section]] = {
+    "knobs_file": KnobsFileSection,
+    "data": DataSection,
     "train": TrainSection,
     "flags": FlagsSection,
     "deepspeed": DeepSpeedSection,
@@ -207,7 +235,9 @@ _SECTIONS: dict[str, type[Section]] = {
 }
 #: Sections (and lists/maps) where an empty ``key:`` (YAML null) just means "not given":
 #: templates often keep the key with every entry commented out.
-_NULL_MEANS_ABSENT = frozenset({"args", "env", "flags", "ladder", "limits", "resources"})
+_NULL_MEANS_ABSENT = frozenset(
+    {"args", "env", "flags", "ladder", "limits", "resources", "knobs_dotlist", "knobs_env", "data"}
+)
 #: Stand-ins for required fields that failed validation, so that the remaining checks still
 #: run; the field is remembered as bad and checks that read it are skipped.
 _FALLBACKS: dict[str, dict[str, Any]] = {
@@ -215,6 +245,7 @@ _FALLBACKS: dict[str, dict[str, Any]] = {
     "train": {"micro_batch_size": 1},
     "deepspeed": {"config": ""},
     "checkpoints": {"dir": "."},
+    "knobs_file": {"path": "", "keys": {}},
 }
 #: Extra hints for shape errors, by dotted field (without list indices) and error type.
 _HINTS: dict[tuple[str, str], str] = {
@@ -856,6 +887,8 @@ def load_job(path: Path, *, writable: bool = False) -> Job:
         limits=section("limits", LimitsSection),
         resources=section("resources", ResourcesSection),
         metrics=section("metrics", MetricsSection),
+        knobs_file=section("knobs_file", KnobsFileSection),
+        data=section("data", DataSection),
     )
     job = _build(ctx, base_dir, source, parsed, writable=writable)
     outputs = _build_outputs(ctx, parsed, base_dir)
@@ -910,6 +943,8 @@ class _Sections:
     limits: _Checked[LimitsSection] | None
     resources: _Checked[ResourcesSection] | None = None
     metrics: _Checked[MetricsSection] | None = None
+    knobs_file: _Checked[KnobsFileSection] | None = None
+    data: _Checked[DataSection] | None = None
 
 
 _SIZE_UNITS = {
@@ -1117,6 +1152,8 @@ def _build_flags(
     flags_c: _Checked[FlagsSection] | None,
     ckpt_c: _Checked[CheckpointsSection] | None,
     ds_spec: DeepSpeedSpec | None,
+    *,
+    delivery: KnobDelivery | None = None,
 ) -> tuple[dict[str, str | None], str | None]:
     """``(flag of each knob, resume flag)``. dsguard owns these flags (it passes them on every
     attempt), so each must look like a flag, belong to one knob only, and be absent from
@@ -1124,10 +1161,26 @@ def _build_flags(
     top = top_c.model
     # --- flags dsguard owns -----------------------------------------------------------------
     flag_map: dict[str, str | None] = dict(DEFAULT_FLAGS)
+    if delivery is not None and delivery.declared:
+        # Not an HF Trainer script: HF's flag names are not assumed (a plain argparse script
+        # dies on `unrecognized arguments: --gradient_checkpointing`); only stated flags.
+        flag_map = dict.fromkeys(DEFAULT_FLAGS)
     if flags_c is not None and flags_c.model is not None:
         for knob in FlagsSection.names():
             if knob in flags_c.model.fields_set and knob not in flags_c.bad:
                 flag_map[knob] = getattr(flags_c.model, knob)
+    stated: set[str] = set()
+    if flags_c is not None and flags_c.model is not None:
+        stated = set(flags_c.model.fields_set) - set(flags_c.bad)
+    for knob in delivery.mapped() if delivery is not None else ():
+        if flag_map.get(knob) is not None and knob in stated:
+            ctx.add(
+                ("flags", knob),
+                f"{knob} is also delivered by knobs_file, knobs_dotlist or knobs_env; a knob "
+                "has one route (set this flag to null or drop the other mapping)",
+            )
+        if knob in flag_map:
+            flag_map[knob] = None  # a knob mapped elsewhere is never also passed as a flag
     owned: list[tuple[str, Loc, str]] = []  # (flag, where it is configured, why dsguard owns it)
     for knob in FLAG_KNOBS:
         flag = flag_map.get(knob)
@@ -1242,7 +1295,7 @@ def _build_limits(
         limits_kw: dict[str, Any] = {
             k: getattr(lm, k)
             for k in lm.fields_set
-            if k != "backoff_s" and getattr(lm, k) is not None
+            if k not in ("backoff_s", "fixed") and getattr(lm, k) is not None
         }
         if lm.backoff_s is not None:
             first_s, longest_s = lm.backoff_s
@@ -1289,6 +1342,271 @@ def _build_log_dir(
     return log_dir
 
 
+# -- issue 14: knob delivery beyond flags, data semantics -------------------------------------
+
+#: Argument-line spellings of packing: run_clm concatenates text into ``--block_size`` chunks
+#: (transformers examples/pytorch/language-modeling/run_clm.py, ``group_texts``); TRL's
+#: SFTConfig ``packing``; axolotl's ``sample_packing``.
+_PACKING_FLAGS: dict[str, str] = {
+    "--block_size": "run_clm's --block_size (texts are concatenated into block_size chunks)",
+    "--packing": "TRL's --packing",
+    "--sample_packing": "axolotl's --sample_packing",
+}
+#: Keys in a script's own config file (or dotlist) that turn packing on: TRL/LLaMA-Factory
+#: ``packing``, axolotl ``sample_packing``, torchtune ``dataset.packed``.
+_PACKING_KEYS = frozenset({"packing", "sample_packing", "packed"})
+#: HfArgumentParser's string_to_bool words for true.
+_TRUE_WORDS = frozenset({"true", "t", "yes", "y", "1"})
+
+
+def _arg_value(args: Sequence[str], flag: str) -> tuple[int, str] | None:
+    """``(index of the value, value)`` of ``flag`` in args (``--f v`` or ``--f=v``), or None."""
+    wanted = _canonical_flag(flag)
+    for index, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        if not arg.startswith("-") or _canonical_flag(name) != wanted:
+            continue
+        if eq:
+            return index, inline
+        if index + 1 < len(args):
+            return index + 1, args[index + 1]
+    return None
+
+
+def _check_knob_names(ctx: _Context, where: Loc, names: Sequence[str]) -> list[str]:
+    good: list[str] = []
+    for knob in names:
+        if knob in KNOB_NAMES:
+            good.append(knob)
+        else:
+            ctx.add(
+                (*where, knob),
+                f"unknown knob{_did_you_mean(knob, KNOB_NAMES)}; knobs: {', '.join(KNOB_NAMES)}",
+            )
+    return good
+
+
+#: knob -> (where the script states it, the value): from the knobs file or an args dotlist.
+_Stated = dict[str, tuple[Loc, object]]
+
+
+def _parse_stated(knob: str, stated: object) -> tuple[object, str | None]:
+    """The script's own value for ``knob`` as a knob value, or why it is not one."""
+    spec = KNOB_SPECS[knob]
+    text = str(stated).strip().lower()
+    if spec.kind == "bool":
+        if isinstance(stated, bool) or text in ("true", "false"):
+            return stated if isinstance(stated, bool) else text == "true", None
+        return None, f"{stated!r} is not true or false"
+    if spec.kind == "offload":
+        return (text, None) if text in OFFLOAD_NAMES else (None, f"{stated!r} is not an offload")
+    if isinstance(stated, bool) or not (isinstance(stated, int) or text.isdigit()):
+        return None, f"{stated!r} is not a whole number"
+    value = int(text)
+    low, high = spec.minimum, spec.maximum
+    if (low is not None and value < low) or (high is not None and value > high):
+        return None, f"{value} is outside {low}..{high}"
+    return value, None
+
+
+def _reconcile(
+    ctx: _Context, stated: _Stated, knobs: Knobs | None, explicit: set[str]
+) -> Knobs | None:
+    """The job's knobs with the script's own values taken in for knobs ``train:`` leaves out
+    (``gradient_accumulation_steps: 4`` in config.json must not silently become dsguard's
+    default 1 in every attempt's copy); a knob ``train:`` sets must agree with the script's
+    value, since two statements of the micro-batch would make the global batch a guess."""
+    if knobs is None:
+        return None
+    adopt: dict[str, object] = {}
+    for knob, (where, raw) in stated.items():
+        if raw is None or isinstance(raw, dict | list):
+            continue
+        value, error = _parse_stated(knob, raw)
+        current = getattr(knobs, knob)
+        current = current.value if isinstance(current, Offload) else current
+        if error is not None:
+            ctx.add(where, f"the script's own value for {knob}: {error}; set train.{knob}")
+        elif knob not in explicit:
+            adopt[knob] = Offload(str(value)) if knob == "offload" else value
+        elif value != current:
+            ctx.add(
+                where,
+                f"the script's own value for {knob} is {raw!r} but train: starts at "
+                f"{current!r}; make them agree (dsguard sets it on every attempt)",
+            )
+    explicit |= set(adopt)
+    return knobs.replace(**adopt) if adopt else knobs
+
+
+def _check_knobs_file_arg(
+    ctx: _Context, arg: str | None, args: Sequence[str], workdir: Path, path: Path
+) -> None:
+    """``arg`` (or, when null, a positional item) must be in args and name ``path``: that is
+    the value dsguard replaces with each attempt's copy."""
+    if arg is None:
+        named = [i for i, a in enumerate(args) if a[:1] != "-" and _absolute(workdir, a) == path]
+        if len(named) != 1:
+            how = "no item" if not named else f"{len(named)} items"
+            ctx.add(
+                ("knobs_file", "arg"),
+                f"null means the file is a positional argument, but {how} of args names "
+                f"{path}; give arg: (the flag before it) or list the file once",
+            )
+        return
+    found = _arg_value(args, arg)
+    if not _FLAG_RE.match(arg):
+        ctx.add(("knobs_file", "arg"), f"must be a flag like --config, got {arg!r}")
+    elif found is None:
+        ctx.add(
+            ("knobs_file", "arg"),
+            f"{arg} with a value is not in args; dsguard replaces its value with the "
+            "per-attempt copy of the file",
+        )
+    elif not any(a.partition("=")[0] == arg for a in args):
+        ctx.add(("knobs_file", "arg"), f"args spell {arg} differently; write it as in args")
+    elif _absolute(workdir, found[1]) != path:
+        ctx.add(("args", found[0]), f"{found[1]} is not knobs_file.path ({path})")
+
+
+def _build_knobs_file(
+    ctx: _Context,
+    kf_c: _Checked[KnobsFileSection] | None,
+    args: Sequence[str],
+    workdir: Path | None,
+    stated: _Stated,
+) -> KnobsFile | None:
+    """``knobs_file:`` read and checked: the file parses, ``arg`` is in args and names it,
+    each key is a knob and a dotted key that can be set."""
+    model = kf_c.model if kf_c is not None else None
+    if kf_c is None or model is None or workdir is None or "path" in kf_c.bad:
+        return None
+    path = _absolute(workdir, model.path)
+    fmt, base, error = read_knobs_file(path)
+    if error is not None or base is None or fmt is None:
+        ctx.add(("knobs_file", "path"), str(error))
+        return None
+    if "arg" not in kf_c.bad:
+        _check_knobs_file_arg(ctx, model.arg, args, workdir, path)
+    keys: dict[str, str] = {}
+    for knob in _check_knob_names(ctx, ("knobs_file", "keys"), list(model.keys)):
+        key = model.keys[knob]
+        if not DOTTED_KEY_RE.match(key):
+            ctx.add(("knobs_file", "keys", knob), f"not a dotted key like a.b_c: {key!r}")
+            continue
+        try:
+            dotted_set(base, key, 0)
+        except ValueError as exc:
+            ctx.add(("knobs_file", "keys", knob), f"{path.name}: {exc}")
+            continue
+        stated[knob] = (("knobs_file", "keys", knob), dotted_get(base, key))
+        keys[knob] = key
+    return KnobsFile(path=path, arg=model.arg, keys=keys, fmt=fmt, base=base)
+
+
+def _build_delivery(
+    ctx: _Context,
+    top_c: _Checked[_TopSection],
+    kf_c: _Checked[KnobsFileSection] | None,
+    workdir: Path | None,
+    stated: _Stated,
+) -> KnobDelivery:
+    """``knobs_file:``, ``knobs_dotlist:`` and ``knobs_env:`` checked; each knob has at most
+    one route."""
+    top = top_c.model
+    args = list(top.args) if top is not None and "args" not in top_c.bad else []
+    kfile = _build_knobs_file(ctx, kf_c, args, workdir, stated)
+    dotlist: dict[str, str] = {}
+    env: dict[str, str] = {}
+    if top is not None and "knobs_dotlist" not in top_c.bad:
+        for knob in _check_knob_names(ctx, ("knobs_dotlist",), list(top.knobs_dotlist)):
+            key = top.knobs_dotlist[knob]
+            if not DOTTED_KEY_RE.match(key.lstrip("+")):
+                ctx.add(("knobs_dotlist", knob), f"not a dotted key like a.b_c: {key!r}")
+                continue
+            for index, arg in enumerate(args):
+                name, eq, value = arg.partition("=")
+                if eq and name.lstrip("+") == key.lstrip("+"):
+                    stated[knob] = (("args", index), value)
+            dotlist[knob] = key
+    if top is not None and "knobs_env" not in top_c.bad:
+        for knob in _check_knob_names(ctx, ("knobs_env",), list(top.knobs_env)):
+            var = top.knobs_env[knob]
+            if not _ENV_NAME_RE.match(var):
+                ctx.add(("knobs_env", knob), f"not a valid environment variable name: {var!r}")
+            elif var in top.env:
+                ctx.add(("knobs_env", knob), f"{var} is also in env:; dsguard sets it per attempt")
+            else:
+                env[knob] = var
+    seen: dict[str, str] = {k: "knobs_file.keys" for k in (kfile.keys if kfile else {})}
+    for where, mapping in (("knobs_dotlist", dotlist), ("knobs_env", env)):
+        for knob in mapping:
+            if knob in seen:
+                ctx.add((where, knob), f"{knob} is also delivered by {seen[knob]}; keep one")
+            seen.setdefault(knob, where)
+    return KnobDelivery(file=kfile, dotlist=dotlist, env=env)
+
+
+def _has_packing_key(node: object, depth: int = 0) -> str | None:
+    if not isinstance(node, dict) or depth > 3:
+        return None
+    for key, value in node.items():
+        if key in _PACKING_KEYS and value is True:
+            return str(key)
+        inner = _has_packing_key(value, depth + 1)
+        if inner is not None:
+            return f"{key}.{inner}"
+    return None
+
+
+def _build_data(
+    data_c: _Checked[DataSection] | None,
+    args: Sequence[str],
+    delivery: KnobDelivery,
+    flag_map: Mapping[str, str | None] | None = None,
+) -> DataSpec:
+    """``data.packing`` as stated, else as the command line or the script's config says."""
+    if data_c is not None and data_c.model is not None and data_c.model.packing is not None:
+        return DataSpec(packing=data_c.model.packing, source="data.packing")
+    max_length_flag = (flag_map or {}).get("max_length")
+    if max_length_flag is not None and _canonical_flag(max_length_flag) == "--block_size":
+        return DataSpec(packing=True, source=f"flags.max_length {_PACKING_FLAGS['--block_size']}")
+    for flag, why in _PACKING_FLAGS.items():
+        found = _arg_value(args, flag)
+        last = bool(args) and _canonical_flag(args[-1]) == flag  # a bare store_true flag
+        if found is None and not last:
+            continue
+        value = found[1] if found is not None else ""
+        if flag == "--block_size" or last or value.startswith("-") or value.lower() in _TRUE_WORDS:
+            return DataSpec(packing=True, source=why)
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        key = name.lstrip("+").rsplit(".", 1)[-1]
+        if eq and key in _PACKING_KEYS and value.lower() in _TRUE_WORDS:
+            return DataSpec(packing=True, source=f"argument {arg}")
+    if delivery.file is not None:
+        found_key = _has_packing_key(dict(delivery.file.base))
+        if found_key is not None:
+            return DataSpec(packing=True, source=f"{delivery.file.path.name}: {found_key}")
+    return DataSpec()
+
+
+def _check_fixed(ctx: _Context, limits_c: _Checked[LimitsSection] | None) -> tuple[str, ...]:
+    if limits_c is None or limits_c.model is None or limits_c.model.fixed is None:
+        return ()
+    good: list[str] = []
+    for index, knob in enumerate(limits_c.model.fixed):
+        if knob not in KNOB_NAMES:
+            ctx.add(
+                ("limits", "fixed", index),
+                f"unknown knob {knob!r}{_did_you_mean(knob, KNOB_NAMES)}; knobs: "
+                f"{', '.join(KNOB_NAMES)}",
+            )
+        elif knob not in good:
+            good.append(knob)
+    return tuple(good)
+
+
 def _build(
     ctx: _Context, base_dir: Path, source: Path, parsed: _Sections, *, writable: bool = False
 ) -> Job | None:
@@ -1301,14 +1619,22 @@ def _build(
     ds_config = _build_deepspeed(ctx, parsed.deepspeed, base_dir)
     ds_spec = ds_config[0]
     knobs, explicit = _build_knobs(ctx, parsed.train, parsed.deepspeed, ds_config)
+    stated: _Stated = {}
+    delivery = _build_delivery(ctx, top_c, parsed.knobs_file, workdir, stated)
+    knobs = _reconcile(ctx, stated, knobs, explicit)
     if ds_spec is not None and knobs is not None and "world_size" not in top_c.bad:
         batch_problem = ds_batch_problem(ds_spec.base, knobs, world_size, ds_spec.config_path)
         if batch_problem is not None:
             ctx.add(("deepspeed", "config"), batch_problem)
-    flag_map, resume_flag = _build_flags(ctx, top_c, parsed.flags, parsed.checkpoints, ds_spec)
+    flag_map, resume_flag = _build_flags(
+        ctx, top_c, parsed.flags, parsed.checkpoints, ds_spec, delivery=delivery
+    )
     checkpoints = _build_checkpoints(ctx, top_c, parsed.checkpoints, workdir, resume_flag)
     ladder = _build_ladder(ctx, parsed.ladder)
     limits = _build_limits(ctx, parsed.limits, knobs)
+    limits = dataclasses.replace(limits, fixed=_check_fixed(ctx, parsed.limits))
+    args = list(top.args) if top is not None else []
+    data_spec = _build_data(parsed.data, args, delivery, flag_map)
     resources = _build_resources(ctx, parsed.resources)
     log_dir = _build_log_dir(ctx, top_c, base_dir, writable=writable)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
@@ -1336,6 +1662,8 @@ def _build(
         limits=limits,
         log_dir=log_dir,
         resources=resources,
+        delivery=delivery,
+        data=data_spec,
     )
 
 

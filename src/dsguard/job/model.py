@@ -104,6 +104,9 @@ class Limits:
     #: On a graceful stop, how long the training process may take to save a checkpoint
     #: after dsguard asked it to (only with the save_and_stop capability).
     stop_save_timeout_s: float = 600.0
+    #: Knobs no rung may change (``limits.fixed``): "gradient_accumulation_steps=128 cannot be
+    #: modified". A move that would need one is left out of the ladder, never made silently.
+    fixed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,72 @@ class Resources:
 
     gpu_memory_fraction: float | None = None
     host_memory_limit_bytes: int | None = None
+
+
+# -- issue 14: knob delivery beyond flags, declared data semantics ---------------------------
+
+#: The formats a knobs file may have, by file-name suffix.
+KnobsFileFormat = Literal["json", "yaml", "toml"]
+
+
+@dataclass(frozen=True, slots=True)
+class KnobsFile:
+    """The script's own config file, from which it reads its knobs (``knobs_file:``).
+
+    dsguard writes a per-attempt copy (``log_dir/attempt-N.<name>``) with the knobs set at
+    ``keys`` and replaces the value of ``arg`` in ``args`` with that copy's path; the user's
+    file is read once, at load, and never written.
+    """
+
+    path: Path
+    #: The flag whose value names the file; None: the file is a positional argument, and the
+    #: args item that resolves to ``path`` is replaced.
+    arg: str | None
+    #: knob -> dotted key in the file (``training.batch_size``).
+    keys: Mapping[str, str]
+    fmt: KnobsFileFormat
+    #: The file's content as read at load time (the base of every per-attempt copy).
+    base: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KnobDelivery:
+    """Routes other than a command-line flag by which a knob reaches the script.
+
+    A knob mapped here is never passed as a flag. When any route is declared the job is not
+    an HF Trainer script, so HF's default flags are not assumed: only ``flags:`` entries the
+    job file states are passed.
+    """
+
+    file: KnobsFile | None = None
+    #: knob -> dotted key passed as a ``key=value`` argument (Hydra, OmegaConf, LLaMA-Factory,
+    #: torchtune). A ``+``/``++`` prefix on the key is kept (Hydra's "add"/"force add").
+    dotlist: Mapping[str, str] = field(default_factory=dict)
+    #: knob -> environment variable name.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def declared(self) -> bool:
+        return self.file is not None or bool(self.dotlist) or bool(self.env)
+
+    def mapped(self) -> frozenset[str]:
+        """Knobs delivered through the file, a dotlist argument or the environment."""
+        keys = set(self.dotlist) | set(self.env)
+        if self.file is not None:
+            keys |= set(self.file.keys)
+        return frozenset(keys)
+
+
+@dataclass(frozen=True, slots=True)
+class DataSpec:
+    """What the job says about its data. ``packing``: examples are concatenated into
+    ``max_length`` chunks (run_clm's ``--block_size``, TRL ``packing``, axolotl
+    ``sample_packing``), so a ``max_length`` move changes the dataset itself: the resumed
+    data position is no longer the same text, and the move is a new phase. None = unknown."""
+
+    packing: bool | None = None
+    #: Where ``packing`` was learnt (``data.packing``, ``--block_size in args``, ...).
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +225,10 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     log_dir: Path = Path("runs")
     resources: Resources = field(default_factory=Resources)
+    #: How the knobs reach a script that does not take HF flags (issue 14).
+    delivery: KnobDelivery = field(default_factory=KnobDelivery)
+    #: What the job declares about its data (packing), for the max_length rung (issue 14).
+    data: DataSpec = field(default_factory=DataSpec)
     # A lambda: Outputs is defined below, in its own block (issue 17).
     outputs: Outputs = field(default_factory=lambda: Outputs())  # noqa: PLW0108
 

@@ -21,13 +21,16 @@ from typing import Any
 
 from dsguard.errors import JobFileError, Problem
 from dsguard.job.file import (
+    _FLAG_RE,
     _HINTS,
     _MODULE_RE,
     _NAME_RE,
     _RESUME_FLAG,
     MAX_GPU_INDEX,
+    MAX_HOST_MEMORY_BYTES,
     MAX_WORLD_SIZE,
     _absolute,
+    _build_data,
     _canonical_flag,
     _ds_knobs,
     _negated,
@@ -35,6 +38,7 @@ from dsguard.job.file import (
     _read_ds_config,
     _resolve_python,
     ds_batch_problem,
+    parse_size,
 )
 from dsguard.job.knobs import (
     BOOL_KNOBS,
@@ -42,17 +46,26 @@ from dsguard.job.knobs import (
     FLAG_KNOBS,
     INT_KNOB_MAXIMUM,
     INT_KNOB_MINIMUM,
+    KNOB_NAMES,
     Knobs,
     Offload,
 )
-from dsguard.job.model import CheckpointSpec, DeepSpeedSpec, Job, LauncherKind
+from dsguard.job.model import (
+    CheckpointSpec,
+    DeepSpeedSpec,
+    Job,
+    KnobDelivery,
+    LauncherKind,
+    Resources,
+)
 
 __all__ = ["job_from_command"]
 
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 # HF Trainer defaults for the knobs a quick-start command line does not set
-# (TrainingArguments.per_device_train_batch_size / gradient_accumulation_steps).
+# (TrainingArguments.per_device_train_batch_size / gradient_accumulation_steps): only the
+# starting values dsguard reports; a knob the command does not carry is never passed.
 _HF_MICRO_BATCH_DEFAULT = 8
 _HF_ACCUMULATION_DEFAULT = 1
 _DEEPSPEED_FLAG = "--deepspeed"
@@ -342,6 +355,8 @@ class _ArgScan:
 
     args: list[str] = field(default_factory=list)
     knobs: dict[str, Any] = field(default_factory=dict)
+    #: knob -> the flag spelling the command used (``--per_device_train_batch_size``).
+    seen_flags: dict[str, str] = field(default_factory=dict)
     deepspeed: str | None = None
     output_dir: str | None = None
 
@@ -356,12 +371,14 @@ def _parse_bool(text: str, where: str, problems: _Problems) -> bool | None:
     return None
 
 
-def _knob_flags() -> dict[str, tuple[str, bool]]:
+def _knob_flags(mapping: Mapping[str, str] | None = None) -> dict[str, tuple[str, bool]]:
     """Canonical flag -> ``(knob, negated)`` for every knob flag a script may carry, with the
-    ``--no_`` spelling of the boolean ones."""
+    ``--no_`` spelling of the boolean ones. ``mapping`` (``--knob NAME=FLAG``) replaces a
+    knob's HF flag name."""
     knob_of: dict[str, tuple[str, bool]] = {}  # canonical flag -> (knob, negated)
+    flags = {**DEFAULT_FLAGS, **(mapping or {})}
     for knob in FLAG_KNOBS:
-        flag = DEFAULT_FLAGS[knob]
+        flag = flags[knob]
         if flag is None:
             continue
         knob_of[_canonical_flag(flag)] = (knob, False)
@@ -417,10 +434,12 @@ def _int_knob_value(
     return value, used
 
 
-def _scan_script_args(args: Sequence[str], problems: _Problems) -> _ArgScan:
+def _scan_script_args(
+    args: Sequence[str], problems: _Problems, mapping: Mapping[str, str] | None = None
+) -> _ArgScan:
     """Take the knob flags (and ``--deepspeed``/``--resume_from_checkpoint``) out of the
     script's arguments: dsguard passes them itself, with the values of each attempt."""
-    knob_of = _knob_flags()
+    knob_of = _knob_flags(mapping)
     scan = _ArgScan()
     i = 0
     while i < len(args):
@@ -445,6 +464,7 @@ def _scan_script_args(args: Sequence[str], problems: _Problems) -> _ArgScan:
             i += used
             if value is not None:
                 scan.knobs[knob] = value
+            scan.seen_flags.setdefault(knob, name)
         elif canon == _DEEPSPEED_FLAG:
             text = inline if eq else nxt
             if not eq and nxt is not None:
@@ -528,6 +548,8 @@ def job_from_command(
     cwd: Path,
     name: str | None = None,
     log_dir: Path | None = None,
+    knob_flags: Sequence[str] = (),
+    memory_limit: str | None = None,
 ) -> Job:
     """Build a Job from ``dsguard run -- LAUNCHER ... SCRIPT ARGS...``.
 
@@ -535,6 +557,12 @@ def job_from_command(
     them itself; ``--deepspeed PATH`` becomes the base DeepSpeed config and
     ``--output_dir`` (kept) the checkpoint directory. Problems raise :class:`JobFileError`
     with ``file=None`` and the offending flag as the field.
+
+    Only the knob flags the command already has, or ``knob_flags`` (``--knob NAME=FLAG``)
+    declares, are passed: a script without ``--per_device_train_batch_size`` is not handed
+    one. A knob with no flag keeps its HF default as a starting value and its rungs are left
+    out of the ladder. ``memory_limit`` (``--memory-limit 6GiB``) is
+    ``resources.host_memory_limit``.
     """
     cwd = _absolute(Path.cwd(), cwd)
     problems = _Problems()
@@ -546,7 +574,10 @@ def job_from_command(
         raise JobFileError(problems.items)
     script, module = _target_of(cmd.target, cmd.is_module, cwd, problems)
 
-    scan = _scan_script_args(cmd.args, problems)
+    mapping = _knob_mapping(knob_flags, problems)
+    scan = _scan_script_args(cmd.args, problems, mapping)
+    flags = _quick_flags(scan, mapping, problems)
+    resources = _quick_resources(memory_limit, problems)
     explicit = set(scan.knobs)
     values = dict(scan.knobs)
     values.setdefault("micro_batch_size", _HF_MICRO_BATCH_DEFAULT)
@@ -588,8 +619,82 @@ def job_from_command(
         env=dict(cmd.env),
         knobs=Knobs(**values),
         explicit_knobs=frozenset(explicit),
-        flags=dict(DEFAULT_FLAGS),
+        flags=flags,
         deepspeed=deepspeed,
         checkpoints=checkpoints,
         log_dir=_absolute(cwd, log_dir) if log_dir is not None else cwd / "runs" / name,
+        resources=resources,
+        data=_build_data(None, cmd.args, KnobDelivery()),
     )
+
+
+# -- issue 14: --knob NAME=FLAG and --memory-limit ------------------------------------------
+
+#: Knobs whose default flag is a field of transformers' ``TrainingArguments``
+#: (src/transformers/training_args.py): per_device_train_batch_size,
+#: gradient_accumulation_steps, gradient_checkpointing, dataloader_num_workers,
+#: dataloader_pin_memory.
+_TRAINING_ARGUMENTS_KNOBS = frozenset(
+    {"micro_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+     "dataloader_workers", "pin_memory"}
+)  # fmt: skip
+
+
+def _knob_mapping(items: Sequence[str], problems: _Problems) -> dict[str, str]:
+    """``--knob NAME=FLAG`` items as knob -> flag; unknown knobs and non-flags refused."""
+    out: dict[str, str] = {}
+    for item in items:
+        knob, eq, flag = item.partition("=")
+        where = f"--knob {item}"
+        if not eq or not knob or not flag:
+            problems.add(where, "write --knob NAME=FLAG, e.g. --knob max_length=--block_size")
+        elif knob not in FLAG_KNOBS:
+            known = ", ".join(FLAG_KNOBS)
+            extra = " (it reaches DeepSpeed through its config)" if knob in KNOB_NAMES else ""
+            problems.add(where, f"no knob {knob!r} takes a flag{extra}; knobs: {known}")
+        elif not _FLAG_RE.match(flag):
+            problems.add(where, f"must be a command-line flag like --name, got {flag!r}")
+        elif knob in out:
+            problems.add(where, f"{knob} is mapped twice")
+        else:
+            out[knob] = flag
+    return out
+
+
+def _quick_flags(
+    scan: _ArgScan, mapping: Mapping[str, str], problems: _Problems
+) -> dict[str, str | None]:
+    """knob -> flag for the knobs the command carries or ``--knob`` declares; None for the
+    rest. A declared whole-number knob must be in the command: dsguard passes it on every
+    attempt and must know the value the script starts from."""
+    flags: dict[str, str | None] = dict.fromkeys(DEFAULT_FLAGS)
+    if set(scan.seen_flags) & _TRAINING_ARGUMENTS_KNOBS:
+        # One TrainingArguments flag in the command means HfArgumentParser parses it, and it
+        # has every TrainingArguments field; --model_max_length and --lora_enable are the
+        # script's own and stay out unless the command has them.
+        for knob in _TRAINING_ARGUMENTS_KNOBS:
+            flags[knob] = DEFAULT_FLAGS[knob]
+    for knob in scan.seen_flags:
+        flags[knob] = mapping.get(knob, DEFAULT_FLAGS[knob])
+    for knob, flag in mapping.items():
+        if knob not in scan.seen_flags and knob not in BOOL_KNOBS:
+            problems.add(
+                f"--knob {knob}={flag}",
+                f"the command does not give {flag}; add {flag} N so dsguard knows the value "
+                "the script starts from",
+            )
+        flags[knob] = flag
+    return flags
+
+
+def _quick_resources(memory_limit: str | None, problems: _Problems) -> Resources:
+    if memory_limit is None:
+        return Resources()
+    size = parse_size(memory_limit)
+    if size is None or size > MAX_HOST_MEMORY_BYTES:
+        problems.add(
+            "--memory-limit",
+            f"{memory_limit!r} is not a size between 1 byte and 64 PiB; write e.g. 6GiB, 800MiB",
+        )
+        return Resources()
+    return Resources(host_memory_limit_bytes=size)

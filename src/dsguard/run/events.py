@@ -167,6 +167,24 @@ def _fmt_changes(changes: object) -> str:
     return "changed " + ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in changes.items())
 
 
+def _batch_words(
+    before: object, after: object, tok_before: object, tok_after: object, changed: str = ""
+) -> str:
+    """Say "global batch 16 kept" only when the tokens per optimizer step are kept too (or not
+    known): a max_length move keeps the batch in samples and halves the tokens, and the
+    user must not read "kept" for a recipe that changed."""
+    tokens_changed = tok_before is not None and tok_after is not None and tok_before != tok_after
+    if before != after:
+        words = f"global batch {changed}{before} -> {after}" + (" (new phase)" if changed else "")
+    elif tokens_changed:
+        words = f"global batch {after} samples"
+    else:
+        return f"global batch {after} kept"
+    if tokens_changed:
+        words += f", tokens per step CHANGED {tok_before} -> {tok_after}"
+    return words
+
+
 def human_line(ev: dict[str, Any]) -> str:
     """One readable line per event, for the console and ``dsguard events``."""
     name = ev.get("event", "?")
@@ -190,13 +208,22 @@ def human_line(ev: dict[str, Any]) -> str:
         changes = ev.get("changes") or {}
         desc = ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in changes.items()) or "same config"
         extra = " [NEW PHASE]" if ev.get("new_phase") else ""
-        before, after = ev.get("global_batch_before"), ev.get("global_batch_after")
-        kept = (
-            f"global batch {after} kept" if before == after else f"global batch {before} -> {after}"
-        )
+        kept = _batch_words(
+            ev.get("global_batch_before"), ev.get("global_batch_after"),
+            ev.get("tokens_per_step_before"), ev.get("tokens_per_step_after"),
+        )  # fmt: skip
         body = f"policy {ev.get('rung') or 'retry'}: {desc}; {kept}{extra}"
         if ev.get("delay_s"):
             body += f"; waiting {ev['delay_s']:.0f} s"
+    elif name == "knobs_routed":
+        # What the ladder cannot do comes first: a long list of routes is cut at the width.
+        left = ev.get("left_out") or {}
+        body = "rungs left out (no route or fixed): " + (", ".join(left) or "none")
+        if ev.get("packing"):
+            body += f"; packed data ({ev.get('packing_source')})"
+        route = ev.get("routes") or {}
+        other = [f"{k} by {r}" for k, r in route.items() if r and not r.startswith("flag ")]
+        body += "; knobs: " + (", ".join(other) or "all by flag")
     elif name == "attempt_finished":
         body = f"attempt finished: exit {ev.get('exit_code')} after {ev.get('duration_s', 0):.1f} s"
     elif name == "run_gave_up":
@@ -206,11 +233,10 @@ def human_line(ev: dict[str, Any]) -> str:
         body = f"SUCCEEDED after {ev.get('attempts')} attempt(s); " + _fmt_changes(
             ev.get("changes")
         )
-        before, after = ev.get("initial_global_batch"), ev.get("global_batch")
-        if before == after:
-            body += f"; global batch {after} kept"
-        else:
-            body += f"; global batch CHANGED {before} -> {after} (new phase)"
+        body += "; " + _batch_words(
+            ev.get("initial_global_batch"), ev.get("global_batch"),
+            ev.get("initial_tokens_per_step"), ev.get("tokens_per_step"), changed="CHANGED ",
+        )  # fmt: skip
     else:
         skip = {"ts", "event", "run_id", "attempt", "job"}
         body = name + " " + " ".join(f"{k}={v}" for k, v in ev.items() if k not in skip)

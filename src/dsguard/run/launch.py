@@ -6,13 +6,14 @@ config to ``log_dir``). argv is always a list: no shell ever parses user argumen
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsguard.job.knobs import ALWAYS_PASSED_KNOBS, FLAG_KNOBS, Knobs
+from dsguard.job.knobs import ALWAYS_PASSED_KNOBS, FLAG_KNOBS, Knobs, Offload
 from dsguard.job.model import Job, LauncherKind
 from dsguard.protocol import (
     ATTEMPT_ENV,
@@ -62,6 +63,43 @@ def knob_args(job: Job, knobs: Knobs) -> list[str]:
         if name in ALWAYS_PASSED_KNOBS or name in job.explicit_knobs or changed:
             out += [flag, _render_value(value)]
     return out
+
+
+def _dotlist_args(job: Job, knobs: Knobs, args: Sequence[str]) -> list[str]:
+    """``args`` with each dotlist-mapped knob set as ``key=value`` (Hydra, OmegaConf,
+    LLaMA-Factory, torchtune overrides): an existing ``key=``/``+key=``/``++key=`` item gets
+    the attempt's value in place (its prefix kept), otherwise ``key=value`` is appended."""
+    out = list(args)
+    for knob, key in job.delivery.dotlist.items():
+        value = getattr(knobs, knob)
+        if value is None:
+            continue
+        bare = key.lstrip("+")
+        text = _render_value(value.value if isinstance(value, Offload) else value)
+        for i, arg in enumerate(out):
+            name, eq, _ = arg.partition("=")
+            if eq and name.lstrip("+") == bare:
+                out[i] = f"{name}={text}"
+                break
+        else:
+            out.append(f"{key}={text}")
+    return out
+
+
+def _knob_env(job: Job, knobs: Knobs) -> dict[str, str]:
+    """The environment variables of env-mapped knobs (``knobs_env:``)."""
+    out: dict[str, str] = {}
+    for knob, var in job.delivery.env.items():
+        value = getattr(knobs, knob)
+        if value is not None:
+            out[var] = _render_value(value.value if isinstance(value, Offload) else value)
+    return out
+
+
+def _names(workdir: Path, arg: str, path: Path) -> bool:
+    """Whether the argument ``arg`` names ``path`` (relative to the workdir, like the job
+    file's check: normalised, symlinks kept)."""
+    return Path(os.path.normpath(workdir / Path(arg).expanduser())) == path
 
 
 def _replace_flag(args: Sequence[str], flag: str, value: str) -> list[str]:
@@ -116,6 +154,7 @@ def build_command(
     resume_from: Path | None,
     output_dir: Path | None,
     init_from: Path | None = None,
+    knobs_file: Path | None = None,
     supervisor_python: str = sys.executable,
     supervisor_pid: int | None = None,
     remedies: Sequence[Remedy] = (),
@@ -129,6 +168,8 @@ def build_command(
         output_dir: when set, replaces the value of the job's output flag (a new phase).
         init_from: checkpoint whose consolidated weights a new phase starts from (honoured by
             training code that announces the ``init_from`` capability).
+        knobs_file: this attempt's copy of the script's own config file (``knobs_file:``);
+            it replaces the value of ``knobs_file.arg`` in args.
         supervisor_python: interpreter for dsguard's own exec shim.
         supervisor_pid: when set, the shim makes the launcher receive SIGTERM if this
             process dies (parent-death signal).
@@ -141,6 +182,16 @@ def build_command(
     ckpt = job.checkpoints
     if output_dir is not None and ckpt is not None and ckpt.output_flag is not None:
         args = _replace_flag(args, ckpt.output_flag, str(output_dir))
+    kf = job.delivery.file
+    if knobs_file is not None and kf is not None:
+        if kf.arg is not None:
+            args = _replace_flag(args, kf.arg, str(knobs_file))
+        else:  # a positional argument: the item that names the user's file
+            args = [
+                str(knobs_file) if a[:1] != "-" and _names(job.workdir, a, kf.path) else a
+                for a in args
+            ]
+    args = _dotlist_args(job, knobs, args)
     argv = _launcher_prefix(job) + args + knob_args(job, knobs)
     if job.deepspeed is not None and job.deepspeed.flag is not None and ds_config is not None:
         argv += [job.deepspeed.flag, str(ds_config)]
@@ -157,6 +208,7 @@ def build_command(
     env = dict(base_env)
     env.update(job.env)
     env.update(merged_env(remedies))  # after job.env: a remedy's CUDA_HOME beats the job's
+    env.update(_knob_env(job, knobs))
     env[RUN_ID_ENV] = run_id
     env[ATTEMPT_ENV] = str(attempt)
     env[LOG_DIR_ENV] = str(job.log_dir)

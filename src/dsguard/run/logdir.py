@@ -97,6 +97,11 @@ class LogDir:
     def deepspeed_config(self, attempt: int) -> Path:
         return self.root / f"attempt-{attempt}.deepspeed.json"
 
+    def knobs_file(self, attempt: int, name: str) -> Path:
+        """This attempt's copy of the script's own config file (``knobs_file:``), keeping the
+        original name so its suffix still tells the script's loader the format."""
+        return self.root / f"attempt-{attempt}.{name}"
+
     def heartbeat(self, attempt: int, rank: int) -> Path:
         return heartbeat_path(self.heartbeat_dir, attempt, rank)
 

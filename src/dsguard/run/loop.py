@@ -57,6 +57,12 @@ from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
 from dsguard.host.gpu import ReleaseResult
 from dsguard.host.memory import NEAR_LIMIT_FRACTION
+from dsguard.job.delivery import (
+    render_knobs_file,
+    routes,
+    tokens_per_step,
+    undeliverable_rungs,
+)
 from dsguard.job.model import Job
 from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
 from dsguard.run import checkpoints as ckpts
@@ -68,6 +74,7 @@ from dsguard.run.lock import JobLock, acquire
 from dsguard.run.logdir import LogDir, ensure_log_dir
 from dsguard.run.observe import EndedBy, Observation, judge, verdict
 from dsguard.run.proc import AttemptRef, EndReport
+from dsguard.run.safefs import write_atomic_refusing_links
 from dsguard.run.sdnotify import Notifier, child_env
 from dsguard.run.state import StateMachine, read_state, write_json_atomic
 
@@ -376,6 +383,15 @@ class Supervisor:
             log_dir=job.log_dir, checkpoint_dir=ledger.ckpt_dir, recovered=recovered is not None,
             dsguard_version=__version__, pid=pid, first_attempt=ledger.attempt + 1,
         )  # fmt: skip
+        left_out = {r: list(k) for r, k in undeliverable_rungs(job).items()}
+        if job.delivery.declared or left_out or job.data.packing or job.limits.fixed:
+            # Only when there is something to say: an HF job whose knobs all go by flag
+            # gets no extra line.
+            events.emit(
+                "knobs_routed", routes=routes(job), left_out=left_out,
+                fixed=list(job.limits.fixed), packing=job.data.packing,
+                packing_source=job.data.source,
+            )  # fmt: skip
         return _Run(
             run_id=run_id, events=events, sm=sm, ledger=ledger, cfg=PolicyConfig.from_job(job),
             t0=self.host.monotonic(), recovered=recovered is not None,
@@ -454,13 +470,14 @@ class Supervisor:
         ds_path, problems = self._render_config(run, cur)
         if problems:
             return self._preflight_refused(run, problems)
+        knobs_path = self._render_knobs_file(run, cur)
         if self._stop_signal is not None:
             return self._stopped()
         cmd = cur.cmd = build_command(
             job, knobs, run_id=run.run_id, attempt=n, base_env=run.base_env,
             ds_config=ds_path, resume_from=cur.resume, output_dir=ledger.phase_output,
             init_from=ledger.phase_init_from, supervisor_pid=os.getpid(),
-            remedies=ledger.remedies,
+            remedies=ledger.remedies, knobs_file=knobs_path,
         )  # fmt: skip
         log_path = cur.log_path = self._logs.attempt_log(n)
         cur.oom_before = self.host.oom_kill_count()
@@ -532,6 +549,18 @@ class Supervisor:
                 fixes=[f.as_dict() for f in pre.fixes],
             )  # fmt: skip
         return ds_path, list(pre.problems)
+
+    def _render_knobs_file(self, run: _Run, cur: _Current) -> Path | None:
+        """Write this attempt's copy of the script's own config file (``knobs_file:``) with
+        the attempt's knobs at their keys. The user's file is never written; the copy goes
+        through safefs (0600, atomic) and a symlink planted at its name is refused, never
+        written through."""
+        kf = self.job.delivery.file
+        if kf is None:
+            return None
+        path = self._logs.knobs_file(cur.number, kf.path.name)
+        write_atomic_refusing_links(path, render_knobs_file(kf, run.ledger.knobs))
+        return path
 
     def _preflight_refused(self, run: _Run, problems: list[PreflightProblem]) -> _Next:
         """A rendered DeepSpeed config DeepSpeed would reject: launch nothing.
@@ -924,7 +953,9 @@ class Supervisor:
             new_phase=decision.new_phase, caveats=list(decision.caveats),
             reason=decision.reason, delay_s=decision.delay_s, knobs=new.knobs.as_dict(),
             global_batch_before=cur.knobs_global_batch,
-            global_batch_after=new.knobs.global_batch(world), **extra,
+            global_batch_after=new.knobs.global_batch(world),
+            tokens_per_step_before=tokens_per_step(ledger.knobs, world),
+            tokens_per_step_after=tokens_per_step(new.knobs, world), **extra,
         )  # fmt: skip
         if decision.new_phase:
             self._emit_phase_started(events, new)
@@ -1004,6 +1035,8 @@ class Supervisor:
             "changes": job.knobs.diff(ledger.knobs),
             "global_batch": ledger.knobs.global_batch(world),
             "initial_global_batch": job.knobs.global_batch(world),
+            "tokens_per_step": tokens_per_step(ledger.knobs, world),
+            "initial_tokens_per_step": tokens_per_step(job.knobs, world),
             "phase": ledger.phase,
             "duration_s": round(self.host.monotonic() - run.t0, 3),
         }

@@ -242,6 +242,29 @@ def write_atomic(
         os.close(dfd)
 
 
+def write_atomic_refusing_links(path: Path, data: bytes) -> None:
+    """:func:`write_atomic` into a private dir, refusing a symlink at ``path`` instead of
+    replacing it: for files the training process reads (an attempt's copy of the script's
+    own config file, ``log_dir/attempt-N.NAME``), a link planted at that predictable name is
+    someone steering what the script loads, and silently replacing it would hide that.
+
+    Raises:
+        UnsafePathError: ``path`` is a symlink, or its directory is unsafe.
+        OSError: the write failed; ``path`` keeps its old content.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(
+            path, "is a symlink; dsguard will not write an attempt's config through or over it",
+            errno.ELOOP,
+        )  # fmt: skip
+    make_private_dir(path.parent)
+    write_atomic(path, data)
+
+
 def replace_at(
     dfd: int, name: str, data: bytes, *, mode: int = FILE_MODE, keep: os.stat_result | None = None
 ) -> None:
