@@ -136,5 +136,8 @@ def test_launcher_prefixes() -> None:
         Knobs(8), run_id="R", attempt=1, base_env={}, ds_config=None, resume_from=None,
         output_dir=None,
     )  # fmt: skip
-    assert acc.argv[1:5] == ["-m", "accelerate.commands.launch", "--num_processes=2", "-m"]
-    assert acc.argv[5] == "pkg.train"
+    # Without --multi_gpu accelerate's simple_launcher starts one process (issue 14).
+    assert acc.argv[1:6] == [
+        "-m", "accelerate.commands.launch", "--num_processes=2", "--multi_gpu", "-m",
+    ]  # fmt: skip
+    assert acc.argv[6] == "pkg.train"

@@ -118,6 +118,11 @@ class Selection:
 
     chosen: CheckpointVerdict | None
     rejected: tuple[CheckpointVerdict, ...]
+    #: The layout judged (``checkpoints.layout``, or what ``auto`` detected):
+    #: :mod:`dsguard.run.layouts` handles all but ``hf``.
+    layout: str = "hf"
+    #: What the layout was detected from (``auto``), for the event.
+    evidence: str = ""
 
 
 @dataclass(slots=True)

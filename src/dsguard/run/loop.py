@@ -57,7 +57,7 @@ from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
 from dsguard.host.gpu import ReleaseResult
 from dsguard.host.memory import NEAR_LIMIT_FRACTION
-from dsguard.job.model import Job
+from dsguard.job.model import CheckpointLayout, Job
 from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
 from dsguard.run import checkpoints as ckpts
 from dsguard.run.events import EventLog
@@ -175,6 +175,9 @@ class _Current:
     handle: Attempt | None = None
     log_path: Path | None = None
     resume: Path | None = None
+    #: The layout of the checkpoints judged for this attempt (how the resume is delivered).
+    layout: CheckpointLayout = CheckpointLayout.HF
+    resume_step: int | None = None
     start_step: int | None = None
     ds_rendered: dict[str, Any] | None = None
     classifier: StreamClassifier = field(default_factory=StreamClassifier)
@@ -208,6 +211,11 @@ class _Run:
     ended_pids: tuple[int, ...] = ()
     #: The failure kind the coming relaunch answers (for the systemd status line).
     last_kind: FailureKind | None = None
+    #: The layout ``checkpoints.layout: auto`` last detected (logged when it changes).
+    layout_seen: CheckpointLayout | None = None
+    #: The ranks the attempts were seen to run differ from the job's world size: the global
+    #: batch is reported as unknown from then on.
+    world_mismatch: int | None = None
 
 
 @dataclass
@@ -457,7 +465,8 @@ class Supervisor:
             job, knobs, run_id=run.run_id, attempt=n, base_env=run.base_env,
             ds_config=ds_path, resume_from=cur.resume, output_dir=ledger.phase_output,
             init_from=ledger.phase_init_from, supervisor_pid=os.getpid(),
-            remedies=ledger.remedies,
+            remedies=ledger.remedies, layout=cur.layout, master_port=self.host.free_port(),
+            cpu_only=self.host.cpu_only(),
         )  # fmt: skip
         log_path = cur.log_path = self._logs.attempt_log(n)
         cur.oom_before = self.host.oom_kill_count()
@@ -502,9 +511,7 @@ class Supervisor:
             return
         assert self.job.checkpoints is not None
         allow = run.recovered or cur.number > 1 or self.job.checkpoints.resume_at_start
-        cur.resume = self._pick_checkpoint(
-            run.events, ckpt_dir, allow, run.ledger.knobs.micro_batch_size
-        )
+        cur.resume = self._pick_checkpoint(run, cur, ckpt_dir, allow)
         cur.start_step = self._newest_complete_step(ckpt_dir)
 
     def _render_config(
@@ -547,8 +554,13 @@ class Supervisor:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    def _select(self, ckpt_dir: Path) -> ckpts.Selection:
+        spec = self.job.checkpoints
+        layout = spec.layout if spec is not None else CheckpointLayout.HF
+        return self.host.select_checkpoint(ckpt_dir, self.job.world_size, layout)
+
     def _newest_complete_step(self, ckpt_dir: Path) -> int | None:
-        chosen = self.host.select_checkpoint(ckpt_dir, self.job.world_size).chosen
+        chosen = self._select(ckpt_dir).chosen
         return None if chosen is None else chosen.step
 
     def _quarantine(
@@ -568,9 +580,11 @@ class Supervisor:
         events.emit("checkpoint_quarantined", path=path, moved_to=dest, step=step, reasons=reasons)
 
     def _pick_checkpoint(
-        self, events: EventLog, ckpt_dir: Path, allow: bool, micro_batch_size: int
+        self, run: _Run, cur: _Current, ckpt_dir: Path, allow: bool
     ) -> Path | None:
-        if self.job.checkpoints is None or self.job.checkpoints.resume_flag is None:
+        spec = self.job.checkpoints
+        events = run.events
+        if spec is None or (spec.resume_flag is None and spec.layout is CheckpointLayout.HF):
             return None
         if not allow:
             events.emit(
@@ -578,23 +592,32 @@ class Supervisor:
                 reason="checkpoints.resume_at_start is false: first attempt starts fresh",
             )  # fmt: skip
             return None
-        sel = self.host.select_checkpoint(ckpt_dir, self.job.world_size)
+        sel = self._select(ckpt_dir)
+        layout = cur.layout = CheckpointLayout(sel.layout)
+        self._note_layout(run, ckpt_dir, sel)
+        if layout is CheckpointLayout.HF and spec.resume_flag is None:
+            return None  # HF checkpoints and no way to hand one over: as before, untouched
         for bad in sel.rejected:
             if self._stop_signal is not None:
                 # Between two moves: the rest stay where they are (set aside next run).
                 return None
             self._quarantine(events, bad.path, ckpt_dir, bad.step, list(bad.reasons))
+        if layout is CheckpointLayout.DEEPSPEED:
+            self._point_latest(events, ckpt_dir, None if sel.chosen is None else sel.chosen.path)
         if sel.chosen is None:
             events.emit(
                 "checkpoint_selected", path=None, step=None, dir=ckpt_dir,
                 reason="no complete checkpoint: starting fresh",
             )  # fmt: skip
             return None
+        cur.resume_step = sel.chosen.step
         events.emit(
             "checkpoint_selected", path=sel.chosen.path, step=sel.chosen.step,
             size_bytes=sel.chosen.size_bytes, warnings=list(sel.chosen.warnings),
         )  # fmt: skip
-        patch = self.host.patch_checkpoint(sel.chosen.path, micro_batch_size)
+        if layout is not CheckpointLayout.HF:
+            return sel.chosen.path
+        patch = self.host.patch_checkpoint(sel.chosen.path, run.ledger.knobs.micro_batch_size)
         if patch is not None:
             events.emit(
                 "checkpoint_patched", path=patch.path, key=patch.key, old=patch.old,
@@ -603,6 +626,32 @@ class Supervisor:
                 "ignore the new one",
             )  # fmt: skip
         return sel.chosen.path
+
+    def _note_layout(self, run: _Run, ckpt_dir: Path, sel: ckpts.Selection) -> None:
+        """Log what ``layout: auto`` found, once per change (not on every attempt)."""
+        spec = self.job.checkpoints
+        layout = CheckpointLayout(sel.layout)
+        if spec is None or spec.layout is not CheckpointLayout.AUTO or run.layout_seen is layout:
+            return
+        run.layout_seen = layout
+        run.events.emit("checkpoint_layout_detected", layout=layout.value, dir=ckpt_dir,
+                        evidence=sel.evidence)  # fmt: skip
+
+    def _point_latest(self, events: EventLog, ckpt_dir: Path, chosen: Path | None) -> None:
+        """Make the script's own ``load_checkpoint`` land on the chosen tag: it follows
+        ``latest``, which may still name a tag just set aside or one never finished."""
+        tag = None if chosen is None else chosen.name
+        try:
+            change = self.host.point_latest(ckpt_dir, tag)
+        except OSError as exc:
+            events.emit("deepspeed_latest_failed", path=ckpt_dir / "latest", tag=tag,
+                        error=str(exc))  # fmt: skip
+            return
+        if change is not None:
+            events.emit(
+                "deepspeed_latest_repointed", path=change.path, tag=change.tag,
+                previous_tag=change.previous, moved_to=change.moved_to,
+            )  # fmt: skip
 
     # -- RUNNING: supervise the attempt ----------------------------------------------------
 
@@ -897,7 +946,7 @@ class Supervisor:
         ledger = run.ledger
         if decision.quarantine_resumed_checkpoint and cur.resume is not None and ledger.ckpt_dir:
             self._quarantine(
-                events, cur.resume, ledger.ckpt_dir, ckpts.checkpoint_step(cur.resume),
+                events, cur.resume, ledger.ckpt_dir, cur.resume_step,
                 ["resuming from it failed: " + (failure.evidence or ("?",))[0]],
             )  # fmt: skip
         ckpt_root = job.checkpoints.dir if job.checkpoints is not None else None
@@ -941,7 +990,7 @@ class Supervisor:
         training code can load weights from one (``init_from``); else the initial model."""
         if CAP_INIT_FROM not in ledger.caps or ledger.ckpt_dir is None:
             return None
-        done = self.host.select_checkpoint(ledger.ckpt_dir, self.job.world_size).chosen
+        done = self._select(ledger.ckpt_dir).chosen
         return ledger.phase_init_from if done is None else done.path
 
     @staticmethod
