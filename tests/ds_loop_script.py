@@ -45,7 +45,7 @@ def main() -> int:
     load_path, _ = engine.load_checkpoint(str(out))
     start = engine.global_steps
     rec = {
-        "loaded": None if load_path is None else Path(load_path).name,
+        "loaded": None if load_path is None else Path(load_path).parent.name,
         "start_step": start,
         "micro": engine.train_micro_batch_size_per_gpu(),
         "accum": engine.gradient_accumulation_steps(),
