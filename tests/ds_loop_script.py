@@ -7,9 +7,9 @@ with no resume flag. Every start appends one JSON line to ``--record`` (the tag 
 the step it resumed at), which is what the tests compare.
 
 ``--oom_at_micro M`` makes every attempt whose micro-batch is at least M fail with a CUDA OOM
-line after its first save, the way a real OOM ends a run; ``--crash_in_save_at S`` makes the
-save of step S die half way (a truncated optimizer shard, ``latest`` already naming the new
-tag is avoided: DeepSpeed writes ``latest`` last, so it is written here too).
+line after its second save, the way a real OOM ends a run; ``--tear_newest_on_oom`` first cuts
+that save's optimizer shard in half (``latest`` already names it): a torn newest tag next to
+a complete older one.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def main() -> int:
     p.add_argument("--per_device_train_batch_size", type=int)
     p.add_argument("--gradient_accumulation_steps", type=int)
     p.add_argument("--oom_at_micro", type=int, default=0)
+    p.add_argument("--tear_newest_on_oom", action="store_true")
     p.add_argument("--record", default="record.jsonl")
     args = p.parse_args()
 
@@ -67,7 +68,10 @@ def main() -> int:
         step = engine.global_steps
         if step % args.save_every == 0:
             engine.save_checkpoint(str(out))
-            if args.oom_at_micro and micro >= args.oom_at_micro:
+            if args.oom_at_micro and micro >= args.oom_at_micro and step > args.save_every:
+                if args.tear_newest_on_oom:  # this save's optimizer shard lost its tail
+                    shard = out / f"global_step{step}" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+                    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
                 print(
                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
                     file=sys.stderr,

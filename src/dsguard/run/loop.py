@@ -633,6 +633,8 @@ class Supervisor:
         layout = CheckpointLayout(sel.layout)
         if spec is None or spec.layout is not CheckpointLayout.AUTO or run.layout_seen is layout:
             return
+        if sel.chosen is None and not sel.rejected:
+            return  # nothing saved yet: nothing was detected
         run.layout_seen = layout
         run.events.emit("checkpoint_layout_detected", layout=layout.value, dir=ckpt_dir,
                         evidence=sel.evidence)  # fmt: skip
