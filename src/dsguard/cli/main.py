@@ -172,13 +172,14 @@ def cmd_validate(ns: argparse.Namespace) -> int:
             "config(s) (attempt 1 and every rung of the ladder)"
         )
     elif job.deepspeed is not None:
-        from dsguard.core.render import render_attempt_config
+        from dsguard.core.render import launcher_problems, render_attempt_config
 
         pre = render_attempt_config(job, job.knobs, remedies=(), world_size=job.world_size)
         for fix in pre.fixes:
             print(f"{job.deepspeed.config_path}: fixed at launch: {fix}")
-        if pre.problems:
-            for problem in pre.problems:
+        problems = [*launcher_problems(job), *pre.problems]
+        if problems:
+            for problem in problems:
                 print(f"{job.deepspeed.config_path}: {problem}", file=sys.stderr)
             print("dsguard: nothing was launched", file=sys.stderr)
             return EXIT_USAGE

@@ -51,7 +51,7 @@ from dsguard.core.ledger import (
     record_caps,
 )
 from dsguard.core.preflight import Problem as PreflightProblem
-from dsguard.core.render import render_attempt_config
+from dsguard.core.render import launcher_problems, render_attempt_config
 from dsguard.core.states import TERMINAL, RunState
 from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
@@ -535,7 +535,7 @@ class Supervisor:
                 "preflight_fixed", deepspeed_config=ds_path,
                 fixes=[f.as_dict() for f in pre.fixes],
             )  # fmt: skip
-        return ds_path, list(pre.problems)
+        return ds_path, [*launcher_problems(job), *pre.problems]
 
     def _preflight_refused(self, run: _Run, problems: list[PreflightProblem]) -> _Next:
         """A rendered DeepSpeed config DeepSpeed would reject: launch nothing.
