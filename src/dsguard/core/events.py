@@ -130,7 +130,8 @@ class _RunEnded(Event):
     knobs: dict[str, Any]
     #: ``{knob: [job's value, final value]}`` for every knob the ladder changed.
     changes: dict[str, Any]
-    global_batch: int
+    #: None once the ranks seen differ from the job's world size (``world_size_mismatch``).
+    global_batch: int | None
     initial_global_batch: int
     phase: int
     duration_s: float
@@ -223,7 +224,8 @@ class AttemptStarted(Event):
     argv: list[str]
     cwd: str
     knobs: dict[str, Any]
-    global_batch: int
+    #: None once the ranks seen differ from the job's world size (``world_size_mismatch``).
+    global_batch: int | None
     world_size: int
     phase: int
     resume_from: str | None

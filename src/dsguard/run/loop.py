@@ -57,6 +57,7 @@ from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
 from dsguard.host.gpu import ReleaseResult
 from dsguard.host.memory import NEAR_LIMIT_FRACTION
+from dsguard.job.knobs import Knobs
 from dsguard.job.model import CheckpointLayout, Job
 from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
 from dsguard.run import checkpoints as ckpts
@@ -78,6 +79,9 @@ __all__ = ["Supervisor", "highest_attempt_used", "new_run_id"]
 _WAIT_POLL_S = 0.25
 #: How often the wait loop looks at heartbeats for hang detection.
 _PROGRESS_CHECK_S = 1.0
+#: How long an attempt may run (with output) before a process tree without any rank
+#: variables is judged to be one process: launchers start their ranks within seconds.
+_WORLD_GRACE_S = 20.0
 #: How often the attempt's resident memory is sampled (evidence for a later SIGKILL).
 _RSS_SAMPLE_S = 2.0
 _RSS_SAMPLES_KEPT = 5
@@ -184,6 +188,7 @@ class _Current:
     t0: float = 0.0
     oom_before: int | None = None
     ended_by: EndedBy = "exit"
+    world_checked: bool = False
     report: EndReport | None = None
     rss_samples: list[int] = field(default_factory=list)
     silent_s: float = 0.0
@@ -485,7 +490,7 @@ class Supervisor:
         run.unstarted = False
         run.events.emit(
             "attempt_started", pid=handle.pid, argv=cmd.argv, cwd=cmd.cwd,
-            knobs=knobs.as_dict(), global_batch=knobs.global_batch(world),
+            knobs=knobs.as_dict(), global_batch=self._global_batch(run, knobs),
             world_size=world, phase=ledger.phase, resume_from=cur.resume,
             deepspeed_config=ds_path, output_dir=ledger.phase_output,
             init_from=ledger.phase_init_from, log=log_path,
@@ -698,6 +703,7 @@ class Supervisor:
             if now - last_check >= _PROGRESS_CHECK_S:
                 last_check = now
                 self._check_log_dir(run)
+                self._check_world(run, cur, handle)
                 if self._is_hung(run.events, cur, handle):
                     return "hang"
             if now - last_rss >= _RSS_SAMPLE_S:
@@ -706,6 +712,42 @@ class Supervisor:
                 if rss is not None:
                     cur.rss_samples = [*cur.rss_samples[-(_RSS_SAMPLES_KEPT - 1) :], rss]
             self._sleep(_WAIT_POLL_S)
+
+    def _check_world(self, run: _Run, cur: _Current, handle: Attempt) -> None:
+        """Compare the ranks the attempt really runs with the job's world size, once.
+
+        Every torch.distributed launcher gives each rank RANK and WORLD_SIZE; a process tree
+        where none has them after a grace is one process without a rendezvous (accelerate's
+        simple_launcher, a plain ``python``). On a mismatch the global batch dsguard would
+        report is not the one trained, so it is reported as unknown from then on."""
+        if cur.world_checked:
+            return
+        expected = self.job.world_size
+        seen = self.host.observed_world_size(handle.ref)
+        if seen is None:
+            if self.host.monotonic() - cur.t0 < _WORLD_GRACE_S or handle.output_bytes == 0:
+                return
+            seen = (
+                1,
+                f"no process of the attempt has RANK/WORLD_SIZE after {_WORLD_GRACE_S:.0f} s",
+            )
+        cur.world_checked = True
+        observed, source = seen
+        if observed == expected:
+            return
+        run.world_mismatch = observed
+        run.events.emit(
+            "world_size_mismatch", expected_world_size=expected, observed_world_size=observed,
+            source=source, global_batch=None,
+            reason=f"the job computes global batch "
+            f"{run.ledger.knobs.global_batch(expected)} for {expected} rank(s), but "
+            f"{observed} run: the trained global batch is not the one dsguard would report; "
+            "check the launcher (launcher: and world_size: / gpus:)",
+        )  # fmt: skip
+
+    def _global_batch(self, run: _Run, knobs: Knobs) -> int | None:
+        """The global batch to report: None once the ranks seen disagree with the job."""
+        return None if run.world_mismatch is not None else knobs.global_batch(self.job.world_size)
 
     @staticmethod
     def _note_log_failure(events: EventLog, cur: _Current, handle: Attempt) -> None:
@@ -1050,7 +1092,7 @@ class Supervisor:
             "attempts": ledger.attempts_made - (1 if run.unstarted else 0),
             "knobs": ledger.knobs.as_dict(),
             "changes": job.knobs.diff(ledger.knobs),
-            "global_batch": ledger.knobs.global_batch(world),
+            "global_batch": self._global_batch(run, ledger.knobs),
             "initial_global_batch": job.knobs.global_batch(world),
             "phase": ledger.phase,
             "duration_s": round(self.host.monotonic() - run.t0, 3),
