@@ -589,7 +589,7 @@ class Supervisor:
     ) -> Path | None:
         spec = self.job.checkpoints
         events = run.events
-        if spec is None or (spec.resume_flag is None and spec.layout is CheckpointLayout.HF):
+        if spec is None:
             return None
         if not allow:
             events.emit(
@@ -600,8 +600,6 @@ class Supervisor:
         sel = self._select(ckpt_dir)
         layout = cur.layout = CheckpointLayout(sel.layout)
         self._note_layout(run, ckpt_dir, sel)
-        if layout is CheckpointLayout.HF and spec.resume_flag is None:
-            return None  # HF checkpoints and no way to hand one over: as before, untouched
         for bad in sel.rejected:
             if self._stop_signal is not None:
                 # Between two moves: the rest stay where they are (set aside next run).
