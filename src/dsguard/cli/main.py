@@ -396,6 +396,12 @@ def cmd_service_install(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_init(ns: argparse.Namespace) -> int:
+    from dsguard.cli.init import cmd_init
+
+    return cmd_init(ns)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsguard",
@@ -416,6 +422,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-dir", help="log dir for a quick start (default: runs/NAME)")
     run.add_argument("--quiet", action="store_true", help="do not mirror the child's output")
     run.set_defaults(func=cmd_run)
+
+    ini = sub.add_parser(
+        "init",
+        help="write a commented job file for your training command",
+        description="dsguard init [--output FILE] [--name N] -- <the command you run today>",
+    )
+    ini.add_argument("--output", "-o", default="dsguard.yaml", help="job file to write")
+    ini.add_argument("--name", help="job name (default: the script or module name)")
+    ini.set_defaults(command=[], func=_cmd_init)
 
     val = sub.add_parser("validate", help="check a job file; launch nothing")
     val.add_argument("job")
@@ -485,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = list(sys.argv[1:] if argv is None else argv)
     # `dsguard run -- cmd ...`: argparse would take the first word of cmd as the job file.
-    if len(args) >= 2 and args[0] == "run" and "--" in args:
+    if len(args) >= 2 and args[0] in ("run", "init") and "--" in args:
         i = args.index("--")
         ns = parser.parse_args(args[:i])
         ns.command = args[i + 1 :]
