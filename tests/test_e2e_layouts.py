@@ -130,3 +130,23 @@ def test_accelerate_world_size_2_on_a_cpu_host_runs_two_ranks(
     assert {r["world_size"] for r in recs} == {2}
     assert not res.named("world_size_mismatch")
     assert (tmp_path / "out" / "step_2" / "random_states_1.pkl").is_file()
+
+
+def test_python_launcher_with_two_ranks_and_deepspeed_is_refused_before_launch(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """The issue's `No module named 'mpi4py'` case said up front, with the fix."""
+    (tmp_path / "ds.json").write_text(json.dumps(DS_CONFIG))
+    _write(tmp_path, {
+        "name": "py2", "launcher": "python", "world_size": 2,
+        "script": str(HERE / "ds_loop_script.py"), "args": ["--out", "out"],
+        "train": {"micro_batch_size": 4}, "deepspeed": {"config": "ds.json"},
+        "flags": NO_EXTRA_FLAGS, "checkpoints": {"dir": "out", "output_flag": "--out"},
+        "log_dir": "runs",
+    })  # fmt: skip
+    val = run_dsguard("validate", "job.yaml")
+    assert val.code == 2 and "launcher python starts one process" in val.proc.stderr
+    assert "launcher: deepspeed" in val.proc.stderr
+    res = run_dsguard("run", "job.yaml")
+    assert res.code == 2 and not res.named("attempt_started")
+    assert res.named("preflight_refused")[0]["problems"][0]["path"] == "launcher"
