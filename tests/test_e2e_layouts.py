@@ -150,3 +150,29 @@ def test_python_launcher_with_two_ranks_and_deepspeed_is_refused_before_launch(
     res = run_dsguard("run", "job.yaml")
     assert res.code == 2 and not res.named("attempt_started")
     assert res.named("preflight_refused")[0]["problems"][0]["path"] == "launcher"
+
+
+def test_one_process_for_a_world_of_two_is_seen_and_the_global_batch_not_claimed(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """`launcher: python` (no DeepSpeed) with world_size 2 starts one process with no rank
+    variables: after the grace dsguard says so and reports the global batch as unknown."""
+    script = tmp_path / "alone.py"
+    script.write_text(
+        "import sys, time\n"
+        "for i in range(26):\n"
+        "    print('step', i, flush=True)\n"
+        "    time.sleep(1)\n"
+    )
+    _write(tmp_path, {
+        "name": "alone", "launcher": "python", "world_size": 2, "script": str(script),
+        "train": {"micro_batch_size": 4}, "flags": {k: None for k in (
+            "micro_batch_size", "gradient_accumulation_steps", *NO_EXTRA_FLAGS)},
+        "log_dir": "runs",
+    })  # fmt: skip
+    res = run_dsguard("run", "job.yaml", timeout=120)
+    assert res.code == 0, _why(res)
+    (ev,) = res.named("world_size_mismatch")
+    assert (ev["expected_world_size"], ev["observed_world_size"]) == (2, 1)
+    assert ev["global_batch"] is None and "no process of the attempt" in ev["source"]
+    assert res.named("run_succeeded")[0]["global_batch"] is None
