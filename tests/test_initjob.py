@@ -175,3 +175,16 @@ def test_init_never_writes_over_a_file_and_prints_the_path(
     assert "exists; not overwritten" in capsys.readouterr().err
     assert (tmp_path / "dsguard.yaml").read_text() == first
     assert main(["validate", "dsguard.yaml"]) == 0
+
+
+def test_every_framework_row_names_real_knobs_and_cites_a_public_source() -> None:
+    from dsguard.job.knobs import KNOB_SPECS
+
+    for fw in FRAMEWORKS.values():
+        assert set(fw.knobs) <= set(KNOB_SPECS), fw.name
+        assert fw.sources and all(s.startswith("https://github.com/") for s in fw.sources)
+        assert fw.versions and fw.layout in ("hf", "deepspeed", "accelerate", "auto")
+        if fw.route == "flags":
+            assert all(f.startswith("--") for f in fw.knobs.values()), fw.name
+        else:
+            assert not any(k.startswith("-") for k in fw.knobs.values()), fw.name

@@ -389,7 +389,7 @@ def test_module_gpus_python_ladder_limits_checkpoints(work: Path) -> None:
     assert job.checkpoints == CheckpointSpec(
         dir=work / "out", resume_flag=None, output_flag=None, resume_at_start=False,
         resume_flag_explicit=True,
-    )
+    )  # fmt: skip
     assert job.ladder == Ladder(oom=("micro_batch", "lora"), host_oom=())
     assert job.limits == Limits(
         max_attempts=3, backoff_first_s=1.0, backoff_max_s=2.5, min_max_length=256
