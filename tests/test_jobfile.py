@@ -146,7 +146,7 @@ def test_example_job_resolves_everything(tmp_path: Path) -> None:
     assert job.deepspeed is not None
     assert job.deepspeed.config_path == tmp_path / "configs" / "deepspeed" / "zero2.json"
     assert job.deepspeed.flag == "--deepspeed"
-    assert job.checkpoints == CheckpointSpec(dir=tmp_path / "outputs")
+    assert job.checkpoints == CheckpointSpec(dir=tmp_path / "outputs", resume_flag_explicit=True)
     assert job.ladder == Ladder()
     assert job.limits == Limits()
     assert job.log_dir == tmp_path / "runs" / "llama7b-sft"
@@ -387,8 +387,9 @@ def test_module_gpus_python_ladder_limits_checkpoints(work: Path) -> None:
     assert job.python == sys.executable
     assert (job.gpus, job.world_size) == ((2, 3), 2)
     assert job.checkpoints == CheckpointSpec(
-        dir=work / "out", resume_flag=None, output_flag=None, resume_at_start=False
-    )
+        dir=work / "out", resume_flag=None, output_flag=None, resume_at_start=False,
+        resume_flag_explicit=True,
+    )  # fmt: skip
     assert job.ladder == Ladder(oom=("micro_batch", "lora"), host_oom=())
     assert job.limits == Limits(
         max_attempts=3, backoff_first_s=1.0, backoff_max_s=2.5, min_max_length=256

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsguard.core.render import render_deepspeed_config
+from dsguard.core.render import launcher_problems, render_deepspeed_config
 from dsguard.job.knobs import DEFAULT_FLAGS, Knobs, Offload
-from dsguard.job.model import CheckpointSpec, DeepSpeedSpec, Job, LauncherKind
-from dsguard.run.launch import build_command, knob_args
+from dsguard.job.model import CheckpointLayout, CheckpointSpec, DeepSpeedSpec, Job, LauncherKind
+from dsguard.run.launch import Command, build_command, knob_args
 
 BASE = {
     "train_micro_batch_size_per_gpu": "auto",
@@ -136,5 +136,62 @@ def test_launcher_prefixes() -> None:
         Knobs(8), run_id="R", attempt=1, base_env={}, ds_config=None, resume_from=None,
         output_dir=None,
     )  # fmt: skip
-    assert acc.argv[1:5] == ["-m", "accelerate.commands.launch", "--num_processes=2", "-m"]
-    assert acc.argv[5] == "pkg.train"
+    # Without --multi_gpu accelerate's simple_launcher starts one process (issue 14).
+    assert acc.argv[1:6] == [
+        "-m", "accelerate.commands.launch", "--num_processes=2", "--multi_gpu", "-m",
+    ]  # fmt: skip
+    assert acc.argv[6] == "pkg.train"
+
+
+# -- issue 14: launchers that run what they claim, resume delivery per layout ---------------
+
+
+def _cmd(job: Job, **kw: object) -> Command:
+    return build_command(
+        job, job.knobs, run_id="R", attempt=1, base_env={"RANK": "7"}, ds_config=None,
+        resume_from=kw.pop("resume_from", None), output_dir=None, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_python_with_deepspeed_gets_a_one_process_rendezvous() -> None:
+    """Without rank variables deepspeed.init_distributed goes to MPI discovery and dies on
+    `No module named 'mpi4py'` (tests/test_e2e_layouts.py runs the real thing)."""
+    env = _cmd(make_job(), master_port=29611).env
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR")} == {
+        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+    }  # fmt: skip
+    assert env["MASTER_PORT"] == "29611"
+    # The job's own environment wins; no DeepSpeed section, no rendezvous.
+    own = _cmd(make_job(env={"MASTER_PORT": "1234"}), master_port=29611).env
+    assert own["MASTER_PORT"] == "1234" and own["WORLD_SIZE"] == "1"
+    plain = _cmd(make_job(deepspeed=None), master_port=29611).env
+    assert "WORLD_SIZE" not in plain and plain["RANK"] == "7"
+
+
+def test_accelerate_several_ranks_on_a_cpu_host_and_gpu_ids() -> None:
+    job = make_job(launcher=LauncherKind.ACCELERATE, world_size=2, deepspeed=None)
+    cpu = _cmd(job, cpu_only=True)
+    assert "--multi_gpu" in cpu.argv and cpu.env["ACCELERATE_USE_CPU"] == "true"
+    gpu = _cmd(make_job(launcher=LauncherKind.ACCELERATE, world_size=2, gpus=(4, 5)))
+    assert "--gpu_ids=4,5" in gpu.argv and "ACCELERATE_USE_CPU" not in gpu.env
+    one = _cmd(make_job(launcher=LauncherKind.ACCELERATE, world_size=1), cpu_only=True)
+    assert "--multi_gpu" not in one.argv and "ACCELERATE_USE_CPU" not in one.env
+
+
+def test_resume_flag_only_where_the_layout_takes_it() -> None:
+    ckpt = Path("/w/out/global_step4")
+    job = make_job()
+    assert "--resume_from_checkpoint" in _cmd(job, resume_from=ckpt).argv
+    ds = _cmd(job, resume_from=ckpt, layout=CheckpointLayout.DEEPSPEED).argv
+    assert "--resume_from_checkpoint" not in ds  # the script follows `latest` itself
+    own = make_job(checkpoints=CheckpointSpec(Path("/w/out"), resume_flag="--resume_from",
+                                              resume_flag_explicit=True))  # fmt: skip
+    argv = _cmd(own, resume_from=ckpt, layout=CheckpointLayout.ACCELERATE).argv
+    assert argv[-2:] == ["--resume_from", str(ckpt)]
+
+
+def test_python_launcher_with_several_ranks_is_refused_with_the_fix() -> None:
+    (problem,) = launcher_problems(make_job(world_size=2))
+    assert "launcher: deepspeed" in problem.message and problem.path == "launcher"
+    assert launcher_problems(make_job(world_size=2, launcher=LauncherKind.DEEPSPEED)) == []
+    assert launcher_problems(make_job(world_size=1)) == []

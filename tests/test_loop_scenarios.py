@@ -369,6 +369,39 @@ SCENARIOS = [
 ]  # fmt: skip
 
 
+# -- issue 14: the world size dsguard computes against the ranks that really run ----------
+
+
+def check_world_mismatch(o: Outcome) -> None:
+    (ev,) = o.named("world_size_mismatch")
+    assert (ev["expected_world_size"], ev["observed_world_size"]) == (2, 1)
+    assert ev["global_batch"] is None and "16 for 2 rank(s)" in ev["reason"]
+    assert o.code == 0 and o.terminal()["global_batch"] is None  # never claimed kept
+
+
+def check_world_silent_tree(o: Outcome) -> None:
+    (ev,) = o.named("world_size_mismatch")
+    assert ev["observed_world_size"] == 1 and "no process of the attempt" in ev["source"]
+
+
+def check_world_matches(o: Outcome) -> None:
+    assert not o.named("world_size_mismatch")
+    assert o.terminal()["global_batch"] == 16
+
+
+_LONG = Script(lines=((1.0, "step 1"), (25.0, "done")), exit_at_s=30.0)
+SCENARIOS += [
+    Scenario("world_size_mismatch_one_rank_seen", [ok_attempt()], check_world_mismatch,
+             job={"launcher": "torchrun", "world_size": 2},
+             host={"world_seen": (1, "WORLD_SIZE=1 in the environment of 1 rank process(es)")}),
+    Scenario("world_size_mismatch_no_rank_variables", [_LONG], check_world_silent_tree,
+             job={"launcher": "accelerate", "world_size": 2}),
+    Scenario("world_size_matches", [_LONG], check_world_matches,
+             job={"launcher": "torchrun", "world_size": 2},
+             host={"world_seen": (2, "WORLD_SIZE=2 in the environment of 2 rank process(es)")}),
+]  # fmt: skip
+
+
 def run_scenario(tmp_path: Path, sc: Scenario) -> Outcome:
     sections = dict(sc.job)
     if sections.get("deepspeed") == "DS":

@@ -27,10 +27,12 @@ from dsguard.core.classify import Evidence, StreamClassifier
 from dsguard.core.envfacts import EnvFacts
 from dsguard.core.events import LogWriteFailed
 from dsguard.host.gpu import Holder, ReleaseResult, ReleaseStatus
+from dsguard.job.model import CheckpointLayout
 from dsguard.protocol import Heartbeat
 from dsguard.run.checkpoints import CheckpointVerdict, Selection, checkpoint_step
 from dsguard.run.host import Attempt
 from dsguard.run.launch import Command
+from dsguard.run.layouts import LatestChange
 from dsguard.run.proc import AttemptRef, EndReport
 from dsguard.run.resume import StatePatch
 
@@ -237,6 +239,8 @@ class FakeHost:
     memory_limit: int | None = None
     leftovers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     quarantine_s: float = 0.0
+    #: What :meth:`observed_world_size` reports for every attempt (None: unknown).
+    world_seen: tuple[int, str] | None = None
 
     t: float = field(default=0.0, init=False)
     oom_kills: int = field(default=0, init=False)
@@ -409,7 +413,21 @@ class FakeHost:
 
     # -- checkpoints, heartbeats, control ----------------------------------------------------
 
-    def select_checkpoint(self, ckpt_dir: Path, world_size: int) -> Selection:
+    def point_latest(self, ckpt_dir: Path, tag: str | None) -> LatestChange | None:
+        return None
+
+    def observed_world_size(self, ref: AttemptRef) -> tuple[int, str] | None:
+        return self.world_seen
+
+    def cpu_only(self) -> bool:
+        return True
+
+    def free_port(self) -> int:
+        return 29500
+
+    def select_checkpoint(
+        self, ckpt_dir: Path, world_size: int, layout: CheckpointLayout = CheckpointLayout.HF
+    ) -> Selection:
         found = []
         for path, complete in self._ckpts.items():
             step = checkpoint_step(path)

@@ -187,13 +187,14 @@ def cmd_validate(ns: argparse.Namespace) -> int:
             "config(s) (attempt 1 and every rung of the ladder)"
         )
     elif job.deepspeed is not None:
-        from dsguard.core.render import render_attempt_config
+        from dsguard.core.render import launcher_problems, render_attempt_config
 
         pre = render_attempt_config(job, job.knobs, remedies=(), world_size=job.world_size)
         for fix in pre.fixes:
             print(f"{job.deepspeed.config_path}: fixed at launch: {fix}")
-        if pre.problems:
-            for problem in pre.problems:
+        problems = [*launcher_problems(job), *pre.problems]
+        if problems:
+            for problem in problems:
                 print(f"{job.deepspeed.config_path}: {problem}", file=sys.stderr)
             print("dsguard: nothing was launched", file=sys.stderr)
             return EXIT_USAGE
@@ -456,6 +457,12 @@ def cmd_service_install(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_init(ns: argparse.Namespace) -> int:
+    from dsguard.cli.init import cmd_init
+
+    return cmd_init(ns)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsguard",
@@ -485,6 +492,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="quick start: resources.host_memory_limit (RLIMIT_AS per process), e.g. 6GiB",
     )  # fmt: skip
     run.set_defaults(func=cmd_run)
+
+    ini = sub.add_parser(
+        "init",
+        help="write a commented job file for your training command",
+        description="dsguard init [--output FILE] [--name N] -- <the command you run today>",
+    )
+    ini.add_argument("--output", "-o", default="dsguard.yaml", help="job file to write")
+    ini.add_argument("--name", help="job name (default: the script or module name)")
+    ini.set_defaults(command=[], func=_cmd_init)
 
     val = sub.add_parser("validate", help="check a job file; launch nothing")
     val.add_argument("job")
@@ -559,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = list(sys.argv[1:] if argv is None else argv)
     # `dsguard run -- cmd ...`: argparse would take the first word of cmd as the job file.
-    if len(args) >= 2 and args[0] == "run" and "--" in args:
+    if len(args) >= 2 and args[0] in ("run", "init") and "--" in args:
         i = args.index("--")
         ns = parser.parse_args(args[:i])
         ns.command = args[i + 1 :]

@@ -130,7 +130,8 @@ class _RunEnded(Event):
     knobs: dict[str, Any]
     #: ``{knob: [job's value, final value]}`` for every knob the ladder changed.
     changes: dict[str, Any]
-    global_batch: int
+    #: None once the ranks seen differ from the job's world size (``world_size_mismatch``).
+    global_batch: int | None
     initial_global_batch: int
     phase: int
     duration_s: float
@@ -227,7 +228,8 @@ class AttemptStarted(Event):
     argv: list[str]
     cwd: str
     knobs: dict[str, Any]
-    global_batch: int
+    #: None once the ranks seen differ from the job's world size (``world_size_mismatch``).
+    global_batch: int | None
     world_size: int
     phase: int
     resume_from: str | None
@@ -645,6 +647,64 @@ class KnobsRouted(Event):
 
 
 EVENTS.update({"knobs_routed": KnobsRouted})
+
+
+# -- issue 14: checkpoint layouts, launchers that run what they claim ----------------------
+# Appended as one block so parallel additions merge as separate blocks.
+
+
+class CheckpointLayoutDetected(Event):
+    """``checkpoints.layout: auto`` found which layout the checkpoint dir holds (HF
+    ``checkpoint-N``, raw DeepSpeed tags, accelerate ``save_state``, Lightning, DCP): it
+    decides how each checkpoint is validated and how a resume reaches the script."""
+
+    layout: str
+    dir: str
+    evidence: str
+
+
+class DeepspeedLatestRepointed(Event):
+    """DeepSpeed's ``latest`` (what the script's own ``load_checkpoint`` follows) was pointed
+    at the newest complete tag, written atomically; ``previous_tag`` is what it named before.
+    ``tag`` None: no complete tag is left, the file was moved aside (``moved_to``) and the
+    script starts fresh."""
+
+    path: str
+    tag: str | None
+    previous_tag: str | None
+    moved_to: str | None = None
+
+
+class DeepspeedLatestFailed(Event):
+    """``latest`` could not be pointed at the chosen tag (read-only or full filesystem): the
+    script's own resume may land on another tag than the one dsguard chose."""
+
+    path: str
+    tag: str | None
+    error: str
+
+
+class WorldSizeMismatch(Event):
+    """The attempt runs another number of ranks than dsguard computed from the job (a
+    launcher that started one process, a script that ignores the rank variables): the
+    global batch dsguard would report is not the one being trained, so from now on it is
+    reported as unknown (``global_batch`` None) instead of claimed kept."""
+
+    expected_world_size: int
+    observed_world_size: int
+    source: str
+    global_batch: int | None
+    reason: str
+
+
+EVENTS.update(
+    {
+        "checkpoint_layout_detected": CheckpointLayoutDetected,
+        "deepspeed_latest_repointed": DeepspeedLatestRepointed,
+        "deepspeed_latest_failed": DeepspeedLatestFailed,
+        "world_size_mismatch": WorldSizeMismatch,
+    }
+)
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 

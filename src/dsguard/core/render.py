@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from dsguard.core.preflight import Fix, Problem, check_deepspeed_config, uses_hf_trainer
 from dsguard.job.delivery import ds_config_delivers
 from dsguard.job.knobs import Knobs, Offload
-from dsguard.job.model import Job
+from dsguard.job.model import Job, LauncherKind
 
 if TYPE_CHECKING:
     # Imported where used: the remedies pull in the classifier's and envfacts' regex tables,
@@ -141,6 +141,26 @@ def _stated_by_config(job: Job) -> frozenset[str]:
     keys = {"micro_batch_size": "train_micro_batch_size_per_gpu",
             "gradient_accumulation_steps": "gradient_accumulation_steps"}  # fmt: skip
     return frozenset(key for knob, key in keys.items() if ds_config_delivers(job, knob))
+
+
+def launcher_problems(job: Job) -> list[Problem]:
+    """What the launcher cannot run as the job claims; the attempt must not start.
+
+    ``launcher: python`` with a DeepSpeed config and a world size above 1 starts one process
+    with no rank variables: ``deepspeed.init_distributed`` falls back to MPI discovery
+    (``No module named 'mpi4py'``), and even with MPI it would train 1/N of the global batch
+    dsguard reports. (At world size 1 the launch gets a one-process rendezvous instead.)
+    """
+    if job.launcher is LauncherKind.PYTHON and job.deepspeed is not None and job.world_size > 1:
+        return [
+            Problem(
+                "launcher",
+                f"launcher python starts one process, but the world size is {job.world_size};"
+                " use launcher: deepspeed (or torchrun / accelerate) to start one rank per "
+                "GPU, or set world_size: 1",
+            )
+        ]
+    return []
 
 
 #: The job-file knob each batch key of the DeepSpeed config comes from.

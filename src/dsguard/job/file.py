@@ -51,6 +51,8 @@ from dsguard.job.knobs import (
 from dsguard.job.model import (
     ALL_RUNGS,
     LAUNCHER_NAMES,
+    LAYOUT_NAMES,
+    CheckpointLayout,
     CheckpointSpec,
     DataSpec,
     DeepSpeedSpec,
@@ -139,6 +141,7 @@ class CheckpointsSection(Section):
     resume_flag: str | None = spec(Str(), None)  # absent -> CheckpointSpec's default; null -> never
     output_flag: str | None = spec(Str(), None)  # absent -> CheckpointSpec's default; null -> kept
     resume_at_start: bool | None = spec(Bool(), None)
+    layout: str | None = spec(OneOf(LAYOUT_NAMES), None)  # absent/null -> auto (detected)
 
 
 class LadderSection(Section):
@@ -1194,6 +1197,10 @@ def _build_flags(
     ckpt = ckpt_c.model if ckpt_c is not None else None
     if ckpt is not None:
         resume_flag = ckpt.resume_flag if "resume_flag" in ckpt.fields_set else _RESUME_FLAG
+        if "resume_flag" not in ckpt.fields_set and ckpt.layout not in (None, "hf", "auto"):
+            # Only HF Trainer takes --resume_from_checkpoint; other layouts resume through
+            # the script's own logic (DeepSpeed's `latest`) or a flag the file names.
+            resume_flag = None
         if resume_flag is not None:
             owned.append(
                 (resume_flag, ("checkpoints", "resume_flag"), "dsguard passes this when it resumes")
@@ -1242,6 +1249,9 @@ def _build_checkpoints(
             ckpt_kw["output_flag"] = ckpt.output_flag
         if ckpt.resume_at_start is not None:
             ckpt_kw["resume_at_start"] = ckpt.resume_at_start
+        if ckpt.layout is not None:
+            ckpt_kw["layout"] = CheckpointLayout(ckpt.layout)
+        ckpt_kw["resume_flag_explicit"] = "resume_flag" in ckpt.fields_set
         checkpoints = CheckpointSpec(dir=_absolute(workdir, ckpt.dir), **ckpt_kw)
         ckpt_problem = dir_problem(checkpoints.dir, writable=False)
         if ckpt_problem is not None:

@@ -62,6 +62,31 @@ class DeepSpeedSpec:
     flag: str | None = "--deepspeed"
 
 
+class CheckpointLayout(StrEnum):
+    """How the training code lays out its checkpoints in ``checkpoints.dir``.
+
+    ``hf``: HF Trainer ``checkpoint-N/`` dirs, resumed with ``--resume_from_checkpoint PATH``.
+    ``deepspeed``: raw ``engine.save_checkpoint(dir)``: ``global_stepN/`` tags and a ``latest``
+    file the script's own ``load_checkpoint`` follows (dsguard points it at the newest
+    complete tag; no flag is passed unless ``resume_flag`` is set). ``accelerate``:
+    ``save_state`` dirs (``checkpoint_N/`` or any name ending in a step number) with
+    ``optimizer.bin`` and ``random_states_R.pkl``, resumed through a configured flag.
+    ``lightning``: ``*.ckpt`` files. ``dcp``: ``torch.distributed.checkpoint`` dirs, complete
+    once ``.metadata`` is written. ``auto``: detected from what the dir holds.
+    """
+
+    HF = "hf"
+    DEEPSPEED = "deepspeed"
+    ACCELERATE = "accelerate"
+    LIGHTNING = "lightning"
+    DCP = "dcp"
+    AUTO = "auto"
+
+
+#: The job file's ``checkpoints.layout:`` choices.
+LAYOUT_NAMES: tuple[str, ...] = tuple(k.value for k in CheckpointLayout)
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointSpec:
     dir: Path
@@ -73,6 +98,17 @@ class CheckpointSpec:
     #: Resume the first attempt from an existing complete checkpoint too (a restarted
     #: dsguard continues instead of retraining from step 0).
     resume_at_start: bool = True
+    layout: CheckpointLayout = CheckpointLayout.AUTO
+    #: The job file named ``resume_flag`` itself. The HF default flag is passed only to an
+    #: ``hf`` layout: a raw DeepSpeed loop resumes itself from ``latest`` and its argparse
+    #: would refuse ``--resume_from_checkpoint``.
+    resume_flag_explicit: bool = False
+
+    def resume_flag_for(self, layout: CheckpointLayout) -> str | None:
+        """The flag that carries the resume path for a checkpoint of ``layout``, if any."""
+        if self.resume_flag_explicit or layout in (CheckpointLayout.HF, CheckpointLayout.AUTO):
+            return self.resume_flag
+        return None
 
 
 @dataclass(frozen=True, slots=True)

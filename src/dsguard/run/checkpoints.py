@@ -118,6 +118,11 @@ class Selection:
 
     chosen: CheckpointVerdict | None
     rejected: tuple[CheckpointVerdict, ...]
+    #: The layout judged (``checkpoints.layout``, or what ``auto`` detected):
+    #: :mod:`dsguard.run.layouts` handles all but ``hf``.
+    layout: str = "hf"
+    #: What the layout was detected from (``auto``), for the event.
+    evidence: str = ""
 
 
 @dataclass(slots=True)
@@ -592,7 +597,15 @@ def _check_deepspeed(
         f.warnings.append(f"extra DeepSpeed tag dirs ignored by resume: {', '.join(stale)}")
     if not (ckpt / "zero_to_fp32.py").is_file():
         f.warnings.append("zero_to_fp32.py missing: offline fp32 consolidation needs a copy")
+    return check_ds_tag(f, tag_dir, tag, world_size)
 
+
+def check_ds_tag(
+    f: _Findings, tag_dir: Path, tag: str, world_size: int | None
+) -> tuple[int | None, int | None]:
+    """Validate one DeepSpeed tag dir (``global_stepN/``): every rank's model-state and
+    optimizer shards present, each ``.pt`` a complete zip. Returns (ZeRO stage hint, ranks the
+    optimizer shards cover). Shared by HF checkpoints and raw ``engine.save_checkpoint`` dirs."""
     try:
         files = sorted(e.name for e in os.scandir(tag_dir) if e.is_file())
     except OSError as exc:

@@ -37,12 +37,16 @@ from dsguard.host.memory import (
     oom_kill_count,
     tree_rss_bytes,
 )
+from dsguard.job.model import CheckpointLayout
 from dsguard.protocol import Heartbeat
 from dsguard.run import checkpoints as ckpts
+from dsguard.run import layouts
 from dsguard.run.heartbeat import read_heartbeats
 from dsguard.run.launch import Command
+from dsguard.run.layouts import LatestChange
 from dsguard.run.proc import AttemptRef, Child, EndReport, attempt_processes, end_attempt
 from dsguard.run.proc import spawn as spawn_child
+from dsguard.run.ranks import free_port, nvidia_devices_present, observed_world_size
 from dsguard.run.resume import StatePatch, patch_train_batch_size
 from dsguard.run.state import write_json_atomic
 from dsguard.run.watch import OutputPump
@@ -155,7 +159,28 @@ class Host(Protocol):
         """Remove JIT-build locks no live process holds; the paths removed."""
         ...
 
-    def select_checkpoint(self, ckpt_dir: Path, world_size: int) -> ckpts.Selection: ...
+    def select_checkpoint(
+        self, ckpt_dir: Path, world_size: int, layout: CheckpointLayout = CheckpointLayout.HF
+    ) -> ckpts.Selection:
+        """The newest complete checkpoint of ``layout`` (``auto``: detected) and the
+        incomplete newer ones; the Selection names the layout judged."""
+        ...
+
+    def point_latest(self, ckpt_dir: Path, tag: str | None) -> LatestChange | None:
+        """Point DeepSpeed's ``latest`` at ``tag`` (None: move it aside). Raises OSError."""
+        ...
+
+    def observed_world_size(self, ref: AttemptRef) -> tuple[int, str] | None:
+        """The ranks the attempt really runs, and how that was seen; None while unknown."""
+        ...
+
+    def cpu_only(self) -> bool:
+        """No NVIDIA GPU on this host (decides how accelerate starts several processes)."""
+        ...
+
+    def free_port(self) -> int:
+        """A TCP port free on 127.0.0.1 now (a one-process rendezvous's MASTER_PORT)."""
+        ...
 
     def quarantine(self, path: Path, ckpt_dir: Path) -> Path: ...
 
@@ -338,8 +363,22 @@ class RealHost:
                 removed.append(lock)
         return removed
 
-    def select_checkpoint(self, ckpt_dir: Path, world_size: int) -> ckpts.Selection:
-        return ckpts.select_checkpoint(ckpt_dir, world_size=world_size)
+    def select_checkpoint(
+        self, ckpt_dir: Path, world_size: int, layout: CheckpointLayout = CheckpointLayout.HF
+    ) -> ckpts.Selection:
+        return layouts.select(ckpt_dir, layout, world_size)
+
+    def point_latest(self, ckpt_dir: Path, tag: str | None) -> LatestChange | None:
+        return layouts.point_latest(ckpt_dir, tag)
+
+    def observed_world_size(self, ref: AttemptRef) -> tuple[int, str] | None:
+        return observed_world_size(attempt_processes(ref))
+
+    def cpu_only(self) -> bool:
+        return not nvidia_devices_present()
+
+    def free_port(self) -> int:
+        return free_port()
 
     def quarantine(self, path: Path, ckpt_dir: Path) -> Path:
         return ckpts.quarantine(path, ckpt_dir)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsguard.job.knobs import ALWAYS_PASSED_KNOBS, FLAG_KNOBS, Knobs, Offload
-from dsguard.job.model import Job, LauncherKind
+from dsguard.job.model import CheckpointLayout, Job, LauncherKind
 from dsguard.protocol import (
     ATTEMPT_ENV,
     CONTROL_DIR_ENV,
@@ -132,8 +132,44 @@ def _launcher_prefix(job: Job) -> list[str]:
             py, "-m", "torch.distributed.run", "--standalone",
             f"--nproc_per_node={job.world_size}", *target,
         ]  # fmt: skip
-    # accelerate
-    return [py, "-m", "accelerate.commands.launch", f"--num_processes={job.world_size}", *target]
+    # accelerate (flags read in accelerate 1.15's commands/launch.py). Without --multi_gpu,
+    # `launch_command` takes `simple_launcher`, which starts ONE process whatever
+    # --num_processes says; --multi_gpu goes through torch.distributed.run, which starts
+    # world_size ranks (on a CPU-only host too, see _accelerate_env). There is no
+    # --multi_cpu flag in that version.
+    head = [py, "-m", "accelerate.commands.launch", f"--num_processes={job.world_size}"]
+    if job.world_size > 1:
+        head.append("--multi_gpu")
+    if job.gpus is not None:
+        head.append("--gpu_ids=" + ",".join(str(g) for g in job.gpus))
+    return [*head, *target]
+
+
+#: The rendezvous of a one-process DeepSpeed run started without a launcher. Without these,
+#: ``deepspeed.init_distributed`` falls back to MPI discovery (``mpi_discovery`` in
+#: deepspeed/comm/comm.py) and dies with ``No module named 'mpi4py'``.
+def _one_process_rendezvous(master_port: int) -> dict[str, str]:
+    return {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+    }
+
+
+def _launcher_env(job: Job, *, master_port: int | None, cpu_only: bool) -> dict[str, str]:
+    """Environment the launcher needs to run what the job claims (job.env wins)."""
+    out: dict[str, str] = {}
+    if job.launcher is LauncherKind.PYTHON and job.deepspeed is not None and master_port:
+        out.update(_one_process_rendezvous(master_port))
+    if job.launcher is LauncherKind.ACCELERATE and job.world_size > 1 and cpu_only:
+        # accelerate's PartialState picks MULTI_CPU (gloo) only when told the run is on the
+        # CPU (state.py `_prepare_backend`); otherwise each torchrun rank thinks it is
+        # alone (DistributedType.NO, num_processes 1) and no gradient is averaged.
+        out["ACCELERATE_USE_CPU"] = "true"
+    return {k: v for k, v in out.items() if k not in job.env}
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +194,9 @@ def build_command(
     supervisor_python: str = sys.executable,
     supervisor_pid: int | None = None,
     remedies: Sequence[Remedy] = (),
+    layout: CheckpointLayout = CheckpointLayout.HF,
+    master_port: int | None = None,
+    cpu_only: bool = False,
 ) -> Command:
     """argv, environment and cwd of one attempt.
 
@@ -175,6 +214,10 @@ def build_command(
             process dies (parent-death signal).
         remedies: environment remedies applied so far (flags here, env below; their config
             patch goes into the rendered DeepSpeed config).
+        layout: the layout of ``resume_from``: it decides whether a resume flag carries it
+            (a raw DeepSpeed loop resumes itself from ``latest``).
+        master_port: the port of a one-process DeepSpeed rendezvous (``launcher: python``).
+        cpu_only: the host has no GPU (accelerate then runs its ranks on the CPU).
     """
     from dsguard.core.remedies import merged_env, remedy_args
 
@@ -195,8 +238,9 @@ def build_command(
     argv = _launcher_prefix(job) + args + knob_args(job, knobs)
     if job.deepspeed is not None and job.deepspeed.flag is not None and ds_config is not None:
         argv += [job.deepspeed.flag, str(ds_config)]
-    if resume_from is not None and ckpt is not None and ckpt.resume_flag is not None:
-        argv += [ckpt.resume_flag, str(resume_from)]
+    resume_flag = ckpt.resume_flag_for(layout) if ckpt is not None else None
+    if resume_from is not None and resume_flag is not None:
+        argv += [resume_flag, str(resume_from)]
     if supervisor_pid is not None or job.resources.host_memory_limit_bytes is not None:
         shim = [supervisor_python, "-m", "dsguard.run.exec_shim"]
         if supervisor_pid is not None:
@@ -207,6 +251,7 @@ def build_command(
 
     env = dict(base_env)
     env.update(job.env)
+    env.update(_launcher_env(job, master_port=master_port, cpu_only=cpu_only))
     env.update(merged_env(remedies))  # after job.env: a remedy's CUDA_HOME beats the job's
     env.update(_knob_env(job, knobs))
     env[RUN_ID_ENV] = run_id

@@ -51,7 +51,7 @@ from dsguard.core.ledger import (
     record_caps,
 )
 from dsguard.core.preflight import Problem as PreflightProblem
-from dsguard.core.render import render_attempt_config
+from dsguard.core.render import launcher_problems, render_attempt_config
 from dsguard.core.states import TERMINAL, RunState
 from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
@@ -63,7 +63,8 @@ from dsguard.job.delivery import (
     tokens_per_step,
     undeliverable_rungs,
 )
-from dsguard.job.model import Job
+from dsguard.job.knobs import Knobs
+from dsguard.job.model import CheckpointLayout, Job
 from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
 from dsguard.run import checkpoints as ckpts
 from dsguard.run.events import EventLog
@@ -85,6 +86,9 @@ __all__ = ["Supervisor", "highest_attempt_used", "new_run_id"]
 _WAIT_POLL_S = 0.25
 #: How often the wait loop looks at heartbeats for hang detection.
 _PROGRESS_CHECK_S = 1.0
+#: How long an attempt may run (with output) before a process tree without any rank
+#: variables is judged to be one process: launchers start their ranks within seconds.
+_WORLD_GRACE_S = 20.0
 #: How often the attempt's resident memory is sampled (evidence for a later SIGKILL).
 _RSS_SAMPLE_S = 2.0
 _RSS_SAMPLES_KEPT = 5
@@ -182,12 +186,16 @@ class _Current:
     handle: Attempt | None = None
     log_path: Path | None = None
     resume: Path | None = None
+    #: The layout of the checkpoints judged for this attempt (how the resume is delivered).
+    layout: CheckpointLayout = CheckpointLayout.HF
+    resume_step: int | None = None
     start_step: int | None = None
     ds_rendered: dict[str, Any] | None = None
     classifier: StreamClassifier = field(default_factory=StreamClassifier)
     t0: float = 0.0
     oom_before: int | None = None
     ended_by: EndedBy = "exit"
+    world_checked: bool = False
     report: EndReport | None = None
     rss_samples: list[int] = field(default_factory=list)
     silent_s: float = 0.0
@@ -215,6 +223,11 @@ class _Run:
     ended_pids: tuple[int, ...] = ()
     #: The failure kind the coming relaunch answers (for the systemd status line).
     last_kind: FailureKind | None = None
+    #: The layout ``checkpoints.layout: auto`` last detected (logged when it changes).
+    layout_seen: CheckpointLayout | None = None
+    #: The ranks the attempts were seen to run differ from the job's world size: the global
+    #: batch is reported as unknown from then on.
+    world_mismatch: int | None = None
 
 
 @dataclass
@@ -477,7 +490,8 @@ class Supervisor:
             job, knobs, run_id=run.run_id, attempt=n, base_env=run.base_env,
             ds_config=ds_path, resume_from=cur.resume, output_dir=ledger.phase_output,
             init_from=ledger.phase_init_from, supervisor_pid=os.getpid(),
-            remedies=ledger.remedies, knobs_file=knobs_path,
+            remedies=ledger.remedies, knobs_file=knobs_path, layout=cur.layout,
+            master_port=self.host.free_port(), cpu_only=self.host.cpu_only(),
         )  # fmt: skip
         log_path = cur.log_path = self._logs.attempt_log(n)
         cur.oom_before = self.host.oom_kill_count()
@@ -496,7 +510,7 @@ class Supervisor:
         run.unstarted = False
         run.events.emit(
             "attempt_started", pid=handle.pid, argv=cmd.argv, cwd=cmd.cwd,
-            knobs=knobs.as_dict(), global_batch=knobs.global_batch(world),
+            knobs=knobs.as_dict(), global_batch=self._global_batch(run, knobs),
             world_size=world, phase=ledger.phase, resume_from=cur.resume,
             deepspeed_config=ds_path, output_dir=ledger.phase_output,
             init_from=ledger.phase_init_from, log=log_path,
@@ -522,9 +536,7 @@ class Supervisor:
             return
         assert self.job.checkpoints is not None
         allow = run.recovered or cur.number > 1 or self.job.checkpoints.resume_at_start
-        cur.resume = self._pick_checkpoint(
-            run.events, ckpt_dir, allow, run.ledger.knobs.micro_batch_size
-        )
+        cur.resume = self._pick_checkpoint(run, cur, ckpt_dir, allow)
         cur.start_step = self._newest_complete_step(ckpt_dir)
 
     def _render_config(
@@ -548,7 +560,7 @@ class Supervisor:
                 "preflight_fixed", deepspeed_config=ds_path,
                 fixes=[f.as_dict() for f in pre.fixes],
             )  # fmt: skip
-        return ds_path, list(pre.problems)
+        return ds_path, [*launcher_problems(job), *pre.problems]
 
     def _render_knobs_file(self, run: _Run, cur: _Current) -> Path | None:
         """Write this attempt's copy of the script's own config file (``knobs_file:``) with
@@ -579,8 +591,13 @@ class Supervisor:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    def _select(self, ckpt_dir: Path) -> ckpts.Selection:
+        spec = self.job.checkpoints
+        layout = spec.layout if spec is not None else CheckpointLayout.HF
+        return self.host.select_checkpoint(ckpt_dir, self.job.world_size, layout)
+
     def _newest_complete_step(self, ckpt_dir: Path) -> int | None:
-        chosen = self.host.select_checkpoint(ckpt_dir, self.job.world_size).chosen
+        chosen = self._select(ckpt_dir).chosen
         return None if chosen is None else chosen.step
 
     def _quarantine(
@@ -600,9 +617,11 @@ class Supervisor:
         events.emit("checkpoint_quarantined", path=path, moved_to=dest, step=step, reasons=reasons)
 
     def _pick_checkpoint(
-        self, events: EventLog, ckpt_dir: Path, allow: bool, micro_batch_size: int
+        self, run: _Run, cur: _Current, ckpt_dir: Path, allow: bool
     ) -> Path | None:
-        if self.job.checkpoints is None or self.job.checkpoints.resume_flag is None:
+        spec = self.job.checkpoints
+        events = run.events
+        if spec is None:
             return None
         if not allow:
             events.emit(
@@ -610,23 +629,30 @@ class Supervisor:
                 reason="checkpoints.resume_at_start is false: first attempt starts fresh",
             )  # fmt: skip
             return None
-        sel = self.host.select_checkpoint(ckpt_dir, self.job.world_size)
+        sel = self._select(ckpt_dir)
+        layout = cur.layout = CheckpointLayout(sel.layout)
+        self._note_layout(run, ckpt_dir, sel)
         for bad in sel.rejected:
             if self._stop_signal is not None:
                 # Between two moves: the rest stay where they are (set aside next run).
                 return None
             self._quarantine(events, bad.path, ckpt_dir, bad.step, list(bad.reasons))
+        if layout is CheckpointLayout.DEEPSPEED:
+            self._point_latest(events, ckpt_dir, None if sel.chosen is None else sel.chosen.path)
         if sel.chosen is None:
             events.emit(
                 "checkpoint_selected", path=None, step=None, dir=ckpt_dir,
                 reason="no complete checkpoint: starting fresh",
             )  # fmt: skip
             return None
+        cur.resume_step = sel.chosen.step
         events.emit(
             "checkpoint_selected", path=sel.chosen.path, step=sel.chosen.step,
             size_bytes=sel.chosen.size_bytes, warnings=list(sel.chosen.warnings),
         )  # fmt: skip
-        patch = self.host.patch_checkpoint(sel.chosen.path, micro_batch_size)
+        if layout is not CheckpointLayout.HF:
+            return sel.chosen.path
+        patch = self.host.patch_checkpoint(sel.chosen.path, run.ledger.knobs.micro_batch_size)
         if patch is not None:
             events.emit(
                 "checkpoint_patched", path=patch.path, key=patch.key, old=patch.old,
@@ -635,6 +661,34 @@ class Supervisor:
                 "ignore the new one",
             )  # fmt: skip
         return sel.chosen.path
+
+    def _note_layout(self, run: _Run, ckpt_dir: Path, sel: ckpts.Selection) -> None:
+        """Log what ``layout: auto`` found, once per change (not on every attempt)."""
+        spec = self.job.checkpoints
+        layout = CheckpointLayout(sel.layout)
+        if spec is None or spec.layout is not CheckpointLayout.AUTO or run.layout_seen is layout:
+            return
+        if sel.chosen is None and not sel.rejected:
+            return  # nothing saved yet: nothing was detected
+        run.layout_seen = layout
+        run.events.emit("checkpoint_layout_detected", layout=layout.value, dir=ckpt_dir,
+                        evidence=sel.evidence)  # fmt: skip
+
+    def _point_latest(self, events: EventLog, ckpt_dir: Path, chosen: Path | None) -> None:
+        """Make the script's own ``load_checkpoint`` land on the chosen tag: it follows
+        ``latest``, which may still name a tag just set aside or one never finished."""
+        tag = None if chosen is None else chosen.name
+        try:
+            change = self.host.point_latest(ckpt_dir, tag)
+        except OSError as exc:
+            events.emit("deepspeed_latest_failed", path=ckpt_dir / "latest", tag=tag,
+                        error=str(exc))  # fmt: skip
+            return
+        if change is not None:
+            events.emit(
+                "deepspeed_latest_repointed", path=change.path, tag=change.tag,
+                previous_tag=change.previous, moved_to=change.moved_to,
+            )  # fmt: skip
 
     # -- RUNNING: supervise the attempt ----------------------------------------------------
 
@@ -679,6 +733,7 @@ class Supervisor:
             if now - last_check >= _PROGRESS_CHECK_S:
                 last_check = now
                 self._check_log_dir(run)
+                self._check_world(run, cur, handle)
                 if self._is_hung(run.events, cur, handle):
                     return "hang"
             if now - last_rss >= _RSS_SAMPLE_S:
@@ -687,6 +742,42 @@ class Supervisor:
                 if rss is not None:
                     cur.rss_samples = [*cur.rss_samples[-(_RSS_SAMPLES_KEPT - 1) :], rss]
             self._sleep(_WAIT_POLL_S)
+
+    def _check_world(self, run: _Run, cur: _Current, handle: Attempt) -> None:
+        """Compare the ranks the attempt really runs with the job's world size, once.
+
+        Every torch.distributed launcher gives each rank RANK and WORLD_SIZE; a process tree
+        where none has them after a grace is one process without a rendezvous (accelerate's
+        simple_launcher, a plain ``python``). On a mismatch the global batch dsguard would
+        report is not the one trained, so it is reported as unknown from then on."""
+        if cur.world_checked:
+            return
+        expected = self.job.world_size
+        seen = self.host.observed_world_size(handle.ref)
+        if seen is None:
+            if self.host.monotonic() - cur.t0 < _WORLD_GRACE_S or handle.output_bytes == 0:
+                return
+            seen = (
+                1,
+                f"no process of the attempt has RANK/WORLD_SIZE after {_WORLD_GRACE_S:.0f} s",
+            )
+        cur.world_checked = True
+        observed, source = seen
+        if observed == expected:
+            return
+        run.world_mismatch = observed
+        run.events.emit(
+            "world_size_mismatch", expected_world_size=expected, observed_world_size=observed,
+            source=source, global_batch=None,
+            reason=f"the job computes global batch "
+            f"{run.ledger.knobs.global_batch(expected)} for {expected} rank(s), but "
+            f"{observed} run: the trained global batch is not the one dsguard would report; "
+            "check the launcher (launcher: and world_size: / gpus:)",
+        )  # fmt: skip
+
+    def _global_batch(self, run: _Run, knobs: Knobs) -> int | None:
+        """The global batch to report: None once the ranks seen disagree with the job."""
+        return None if run.world_mismatch is not None else knobs.global_batch(self.job.world_size)
 
     @staticmethod
     def _note_log_failure(events: EventLog, cur: _Current, handle: Attempt) -> None:
@@ -929,7 +1020,7 @@ class Supervisor:
         ledger = run.ledger
         if decision.quarantine_resumed_checkpoint and cur.resume is not None and ledger.ckpt_dir:
             self._quarantine(
-                events, cur.resume, ledger.ckpt_dir, ckpts.checkpoint_step(cur.resume),
+                events, cur.resume, ledger.ckpt_dir, cur.resume_step,
                 ["resuming from it failed: " + (failure.evidence or ("?",))[0]],
             )  # fmt: skip
         ckpt_root = job.checkpoints.dir if job.checkpoints is not None else None
@@ -975,7 +1066,7 @@ class Supervisor:
         training code can load weights from one (``init_from``); else the initial model."""
         if CAP_INIT_FROM not in ledger.caps or ledger.ckpt_dir is None:
             return None
-        done = self.host.select_checkpoint(ledger.ckpt_dir, self.job.world_size).chosen
+        done = self._select(ledger.ckpt_dir).chosen
         return ledger.phase_init_from if done is None else done.path
 
     @staticmethod
@@ -1033,9 +1124,12 @@ class Supervisor:
             "attempts": ledger.attempts_made - (1 if run.unstarted else 0),
             "knobs": ledger.knobs.as_dict(),
             "changes": job.knobs.diff(ledger.knobs),
-            "global_batch": ledger.knobs.global_batch(world),
+            "global_batch": self._global_batch(run, ledger.knobs),
             "initial_global_batch": job.knobs.global_batch(world),
-            "tokens_per_step": tokens_per_step(ledger.knobs, world),
+            # Unknown too once the ranks seen disagree with the job (world_size_mismatch).
+            "tokens_per_step": None
+            if run.world_mismatch is not None
+            else tokens_per_step(ledger.knobs, world),
             "initial_tokens_per_step": tokens_per_step(job.knobs, world),
             "phase": ledger.phase,
             "duration_s": round(self.host.monotonic() - run.t0, 3),

@@ -417,8 +417,8 @@ def _fix_cpu_deepspeed_world(targs: TrainingArguments) -> None:
     batch assertion fails. Copy the real world into the shared state (no-op elsewhere).
     """
     import torch.distributed as dist
-    from accelerate.state import PartialState  # type: ignore[import-untyped]
-    from accelerate.utils import DistributedType  # type: ignore[import-untyped]
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType
 
     if not targs.deepspeed or torch.cuda.is_available():
         return
