@@ -204,6 +204,9 @@ _TRIGGERS: tuple[str, ...] = (
     "illegal memory access",  # NCCL: "Cuda failure 'an illegal memory access was encountered'"
     "NVRM",  # kernel driver log: "NVRM: Xid ...", "... has fallen off the bus"
     "Watchdog",  # c10d glog lines: "[Rank 0] Watchdog caught collective operation timeout"
+    " -> 2",  # NCCL's error-return trace "NCCL INFO transport/net.cc:515 -> 2" (SystemError)
+    " -> 3",  # ncclInternalError
+    " -> 6",  # ncclRemoteError
     "watchdog",  # "... watchdog thread terminated ...", "... watchdog got stuck ..."
     "NCCL operations",  # "Some NCCL operations have failed or timed out."
     "communicator was aborted",
@@ -218,6 +221,13 @@ _TRIGGERS: tuple[str, ...] = (
     "on signal",  # Open MPI "exited on signal 9 (Killed)"
     "death signal",  # torchrun agent "Received 1 death signal, shutting down workers"
     "SIGHUP",
+    "SIGTERM",
+    "Terminated",
+    "KeyboardInterrupt",
+    "Cannot allocate",
+    "allocation failed",
+    "central directory",
+    "NVIDIA driver",
     "got signal",  # torch.distributed.launch "got signal: 1"
     "CANCELLED",  # slurmstepd "*** JOB 1 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***"
     "NCCL WARN",  # NCCL's own warnings precede its errors (bootstrap, socket, proxy)
@@ -276,6 +286,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDNN_STATUS_ALLOC_FAILED",
             # accelerate utils/memory.py: auto_find_batch_size halved down to zero on OOMs
             r"No executable batch size found, reached zero",
+            r"Out of memory error on GPU \d+",  # Paddle's ResourceExhaustedError
         ),
     ),
     (
@@ -304,7 +315,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"oom-kill:",
             r"oom-kill event",  # slurmstepd "Detected 1 oom-kill event(s) in StepId=..."
             # c10 CPUAllocator before "DefaultCPUAllocator" (torch <= 1.4, pytorch#31302)
-            r"posix_memalign\(&data, gAlignment, nbytes\) == 0\. 12 vs 0",
+            r"posix_memalign\(.*\) == 0\. 12 vs 0",
+            r"Fail to alloc memory of \d+ size, error code is 12",  # Paddle, CPU side
+            r"Cannot allocate memory",  # strerror(ENOMEM), with or without "[Errno 12]"
+            r"\bmemory allocation failed\b",
             r"memory allocation of \d+ bytes failed",  # Rust's alloc error (tch-rs)
             r"_ArrayMemoryError|Unable to allocate [\d.]+ [KMGTP]i?B for an array",  # numpy
         ),
@@ -321,6 +335,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # pytorch/pytorch#10577, ChatGLM-6B#1166, so-vits-svc#46)
             r"PytorchStreamWriter failed writing file",
             r"unexpected pos \d+ vs \d+",
+            r"\bwrite\(\): fd \d+ failed",  # torch's file writer, older wording
         ),
     ),
     (
@@ -348,7 +363,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"The detected CUDA version \([^)]*\) mismatches the version that was used to "
             r"compile",
             r"CUDA_HOME does not exist",
-            r"Unable to pre-compile ops",
+            r"Unable to pre-compile \w+",
+            r"error: command '[^']*nvcc(?:\.exe)?' failed",
+            r"fatal error: [\w/.+-]+\.(?:h|hpp|cuh): No such file or directory",
             r"Error compiling objects for extension",
             r"CUDA_HOME environment variable is not set",  # torch cpp_extension OSError
             # op_builder/builder.py jit_load / compute_capability_args / validate_torch_*
@@ -375,6 +392,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"set an integer value in .train_micro_batch_size_per_gpu.",
             r"train_micro_batch_size_per_gpu.{0,40}(?:must be|should be|is not|> 0|auto)",
             r"DeepSpeedConfig\w*Error|DeepSpeedConfigModel",
+            # deepspeed/runtime/config.py _batch_assertion's other asserts
+            r"(?:Micro batch size per gpu|Gradient accumulation steps|Train batch size): "
+            r"\S+ has to be greater than 0",
+            r"train_batch_size is not equal to micro_batch_per_gpu",
+            # "auto" left in a config that no Trainer fills in (accelerate, plain DeepSpeed)
+            r"(?:'auto'|\"auto\"|`auto`).{0,80}(?:not (?:supported|allowed|valid)|can ?not|can't)",
+            r"(?:not (?:supported|allowed)|can ?not|can't).{0,60}(?:'auto'|\"auto\"|`auto`)",
             r"Expected a string path to an existing deepspeed config",
             # deepspeed/runtime/config.py _batch_assertion: train != micro * gas * world
             r"Check batch related parameters",
@@ -402,6 +426,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?:Missing|Unexpected) key\(s\) in state_dict",
             r"HeaderTooLarge|MetadataIncompleteBuffer",  # safetensors
             r"The file might be corrupted",  # torch.load "unexpected EOF, expected N more"
+            r"(?:unexpected|missing) keys? \"[^\"]+\" in state_dict",  # torch < 0.4
+            r"Unable to load weights from pytorch checkpoint file",  # transformers
+            r"EOFError: Ran out of input",  # torch.load / pickle on an empty file
+            r"failed finding central directory",  # torch.load on a truncated zip
             r"No such file or directory: '[^']*(?:global_step|_states\.pt|checkpoint-\d)",
         ),
     ),
@@ -443,6 +471,8 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"NVRM: Xid",  # kernel driver log, if a wrapper tails it into the output
             r"GPU has fallen off the bus",
             r"NVIDIA driver on your system is too old",
+            r"Found no NVIDIA driver on your system",
+            r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
             r"CUDA driver version is insufficient for CUDA runtime version",
             r"no kernel image is available for execution on the device",
             r"Device-side assert(?:ion)?",  # ROCm's kernel assert, torch's "triggered"
@@ -465,6 +495,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"got signal: \d+",
             r"Signal (?:1|2|15) \(SIG(?:HUP|INT|TERM)\) received by PID",
             r"Bypassing signal SIG\w+",
+            r"^Terminated\s*$",  # a shell's foreground job got SIGTERM
+            r"Received SIGTERM|SIGTERM received|Received signal 15\b",
+            r"^(?:\w+\.)*KeyboardInterrupt\b",  # someone pressed Ctrl-C
         ),
     ),
     (
@@ -479,12 +512,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"NCCL communicator was aborted",
             r"Some NCCL operations have failed or timed out",
             r"watchdog thread terminated with exception",
-            r"watchdog got stuck",  # heartbeat monitor: "ProcessGroupNCCL's watchdog got stuck"
             r"Dist(?:Backend|Network|Store)Error",
             # NCCL's own WARN lines come with its errors (bootstrap, sockets, proxy), c10d's
             # rendezvous socket that never connects, DeepSpeed's runner ssh check of the hosts
             r"NCCL WARN (?!.*(?:No plugin found|Could not find|Cuda failure 'out of memory'))",
             r"client socket has failed to connect to any network address",
+            r"NCCL INFO \S+\.(?:cc|h):\d+ -> [236]\s*$",
+            r"Rendezvous\w*(?:Error|Exception)",
+            r"Timeout at NCCL work",
             r"PasswordAuthentication=no \S+ hostname' returned non-zero exit status",
         ),
     ),
@@ -565,7 +600,8 @@ def rank_exit_from_text(lines: Iterable[str]) -> int | None:
 # A Python exception line: "KeyError: 'labels'", "torch.distributed.DistBackendError: ...",
 # "AssertionError" (bare). At the start of the body, or glued after a tqdm bar's "]".
 _EXC_LINE = re.compile(
-    r"(?:^|(?<=\]))((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Iteration))(?::\s|:?\s*$)"
+    r"(?:^|(?<=\]))((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception"
+    r"|KeyboardInterrupt))(?::\s|:?\s*$)"
 )
 # Exception lines that say "a child failed" without saying why: the child's own output says it
 # (the innermost cause of a launcher's chained traceback is the child's exception).
@@ -789,7 +825,14 @@ class StreamClassifier:
         if _TRACEBACK in body:  # before the echo test: rich draws it inside "╭── ... ──╮"
             return None
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
-            return None
+            # pip indents its subprocess' output ("      Exception: Installed CUDA version
+            # 9.2 does not match ..."): an exception line under indentation is a message,
+            # never source; it is judged, and being indented never ends an attempt.
+            stripped = body.lstrip()
+            if _EXC_LINE.match(stripped) is None:
+                return None
+            rank, body = rank, stripped
+            line = line[: len(line) - len(body)] + body
         offset = len(line) - len(body)
 
         def make(kind: FailureKind, m: re.Match[str], **kw: bool) -> Evidence:
