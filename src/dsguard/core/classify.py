@@ -223,7 +223,6 @@ _TRIGGERS: tuple[str, ...] = (
     "SIGHUP",
     "SIGTERM",
     "Terminated",
-    "KeyboardInterrupt",
     "Cannot allocate",
     "allocation failed",
     "central directory",
@@ -497,7 +496,6 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Bypassing signal SIG\w+",
             r"^Terminated\s*$",  # a shell's foreground job got SIGTERM
             r"Received SIGTERM|SIGTERM received|Received signal 15\b",
-            r"^(?:\w+\.)*KeyboardInterrupt\b",  # someone pressed Ctrl-C
         ),
     ),
     (
@@ -601,7 +599,7 @@ def rank_exit_from_text(lines: Iterable[str]) -> int | None:
 # "AssertionError" (bare). At the start of the body, or glued after a tqdm bar's "]".
 _EXC_LINE = re.compile(
     r"(?:^|(?<=\]))((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception"
-    r"|KeyboardInterrupt))(?::\s|:?\s*$)"
+    r"))(?::\s|:?\s*$)"
 )
 # Exception lines that say "a child failed" without saying why: the child's own output says it
 # (the innermost cause of a launcher's chained traceback is the child's exception).
@@ -616,7 +614,7 @@ _EXC_NOT_USER_CODE = frozenset(
 # while it skips the batch and trains on) start with something else.
 _RAISED = re.compile(
     r"(?:^|(?<=\]))(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s|:?\s*$)"
-    r"|\s*what\(\):|terminate called after throwing)"
+    r"|\s*what\(\):|terminate called after throwing|.*NCCL WARN Cuda failure)"
 )
 _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 # Lines that explain a death only when nothing else does: the interpreter's "Exception
