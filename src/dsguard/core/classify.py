@@ -994,7 +994,9 @@ def _hint(kind: FailureKind, lead: Sequence[Evidence]) -> str | None:
     for ev in lead:
         m = _ARGPARSE.search(ev.text)
         if m is not None:
-            flags = " ".join(f for f in m.group(1).split() if f.startswith("--"))
+            flags = " ".join(
+                dict.fromkeys(f.split("=")[0] for f in m.group(1).split() if f.startswith("-"))
+            )
             return (
                 f"the script's argument parser rejected {flags or m.group(1)}: make the script "
                 "accept it, or, if the job file delivers that flag, set it to null there"
