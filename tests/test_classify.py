@@ -816,13 +816,16 @@ def test_evidence_text_is_limited_and_keeps_the_match() -> None:
 
 
 def test_huge_unterminated_line_is_clipped() -> None:
-    """A partial line never grows without bound; its head is still classified."""
+    """A partial line never grows without bound; its fatal head is reported once, when the
+    line outgrows the carry, and kept as evidence."""
     sc = StreamClassifier()
-    sc.feed(OOM)
+    reported = sc.feed(OOM)
     for _ in range(200):
-        sc.feed("y" * 1000)
-    found = sc.close()
-    assert [e.kind for e in found] == [K.CUDA_OOM]
+        reported += sc.feed("y" * 1000)
+    reported += sc.close()
+    assert [(e.kind, e.fatal) for e in reported] == [(K.CUDA_OOM, True)]
+    assert [e.kind for e in sc.evidence] == [K.CUDA_OOM]
+    assert len(sc._carry) == 0
 
 
 # ----------------------------------------------------------------------------------------------

@@ -732,6 +732,7 @@ class StreamClassifier:
         self._pending_cr = False  # previous chunk ended in "\r": a leading "\n" continues it
         self._lines = 0  # complete lines seen
         self._ignored_until = 0  # exception lines up to here follow "Exception ignored in"
+        self._partial_fatal: int | None = None  # line_no of a partial line reported fatal
         self._first: dict[FailureKind, list[Evidence]] = {}
         self._last: dict[FailureKind, deque[Evidence]] = {}
 
@@ -763,13 +764,18 @@ class StreamClassifier:
         last_cr = text.rfind("\r")
         last = max(last_nl, last_cr)
         if last < 0:  # no line completed: only extend the partial line
-            self._append_carry(text)
-            return []
+            return self._append_carry(text)
         buf = self._carry + text if self._carry else text
         cut = len(buf) - len(text) + last + 1  # end of the complete lines in buf
         self._carry = buf[cut:]
         self._pending_cr = buf[cut - 1] == "\r" and cut == len(buf)
         found = self._scan(buf, cut)
+        if self._partial_fatal is not None:
+            # The first completed line was reported fatal while still partial: its full
+            # evidence is kept (by _scan), but not reported twice.
+            done = self._partial_fatal
+            found = [ev for ev in found if not (ev.fatal and ev.line_no == done)]
+            self._partial_fatal = None
         self._lines += _line_terminators(buf, 0, cut)
         return found
 
@@ -780,19 +786,52 @@ class StreamClassifier:
             return []
         tail, self._carry = self._carry, ""
         found = self._scan(tail + "\n", len(tail) + 1)
+        if self._partial_fatal is not None:
+            done, self._partial_fatal = self._partial_fatal, None
+            found = [ev for ev in found if not (ev.fatal and ev.line_no == done)]
         self._lines += 1
         return found
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _append_carry(self, text: str) -> None:
+    def _append_carry(self, text: str) -> list[Evidence]:
         carry = self._carry + text
+        if len(carry) <= _MAX_CARRY:
+            self._carry = carry
+            return []
+        found = self._check_partial(carry)  # before any of it is dropped below
         if len(carry) > _MAX_CARRY:
             # A "line" this long is binary junk or an unterminated progress stream; keep its
-            # head (where messages start) and its tail (where glued messages end up).
+            # head (where messages start) and its tail (where glued messages end up). A fatal
+            # message in the dropped middle was reported by the check above.
             half = _MAX_CARRY // 2
             carry = carry[:half] + carry[-half:]
         self._carry = carry
+        return found
+
+    def check_partial(self) -> list[Evidence]:
+        """A fatal message in the line still being written, reported now, once per line.
+
+        For the pump to call when the output pauses: a rank that prints
+        ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB`` and stalls
+        without a newline (its peers blocked in NCCL) would otherwise be seen only at the hang
+        timeout. Only a *fatal* verdict is taken early; the line's evidence is kept (and not
+        reported a second time) once it completes or at ``close``. ``feed`` alone never calls
+        it for lines under 64 KiB, so feeding in any chunks gives the same evidence.
+        """
+        return self._check_partial(self._carry)
+
+    def _check_partial(self, partial: str) -> list[Evidence]:
+        if self._partial_fatal is not None or not partial:
+            return []
+        if _TRIGGER_RX.search(partial) is None:
+            return []
+        line = _ANSI.sub("", partial) if "\x1b" in partial else partial
+        ev = self._classify_line(line, self._lines + 1)
+        if ev is None or not ev.fatal:
+            return []
+        self._partial_fatal = ev.line_no
+        return [ev]
 
     def _scan(self, buf: str, end: int) -> list[Evidence]:
         """Classify the complete lines in buf[:end] that contain a trigger."""
@@ -829,7 +868,7 @@ class StreamClassifier:
             stripped = body.lstrip()
             if _EXC_LINE.match(stripped) is None:
                 return None
-            rank, body = rank, stripped
+            body = stripped
             line = line[: len(line) - len(body)] + body
         offset = len(line) - len(body)
 
