@@ -617,8 +617,8 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
     ),
     # a launcher summary says a child failed, not why
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", None, None, True),
-    # KeyboardInterrupt / SystemExit are not failures of the user's code
-    ("KeyboardInterrupt", None, None, True),
+    # KeyboardInterrupt is someone's Ctrl-C: a stop from outside, not the user's code failing
+    ("KeyboardInterrupt", K.KILLED_EXTERNALLY, None, True),
     ("Fatal Python error: Segmentation fault", None, None, False),
 ]
 

@@ -204,6 +204,11 @@ _TRIGGERS: tuple[str, ...] = (
     "illegal memory access",  # NCCL: "Cuda failure 'an illegal memory access was encountered'"
     "NVRM",  # kernel driver log: "NVRM: Xid ...", "... has fallen off the bus"
     "Watchdog",  # c10d glog lines: "[Rank 0] Watchdog caught collective operation timeout"
+    "NCCL work",
+    "before timing out",
+    "recover from OOM",
+    "nan iterations",
+    "KeyboardInterrupt",
     " -> 2",  # NCCL's error-return trace "NCCL INFO transport/net.cc:515 -> 2" (SystemError)
     " -> 3",  # ncclInternalError
     " -> 6",  # ncclRemoteError
@@ -286,6 +291,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # accelerate utils/memory.py: auto_find_batch_size halved down to zero on OOMs
             r"No executable batch size found, reached zero",
             r"Out of memory error on GPU \d+",  # Paddle's ResourceExhaustedError
+            # fairseq trainer.py: a caught OOM it could not get past if the run then died
+            r"attempting to recover from OOM",
+            r"ran out of memory(?:, skipping batch| with exception)",
         ),
     ),
     (
@@ -314,7 +322,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"oom-kill:",
             r"oom-kill event",  # slurmstepd "Detected 1 oom-kill event(s) in StepId=..."
             # c10 CPUAllocator before "DefaultCPUAllocator" (torch <= 1.4, pytorch#31302)
-            r"posix_memalign\(.*\) == 0\. 12 vs 0",
+            r"posix_memalign",  # only ever printed when it failed (enforce, Paddle, tch-rs)
             r"Fail to alloc memory of \d+ size, error code is 12",  # Paddle, CPU side
             r"Cannot allocate memory",  # strerror(ENOMEM), with or without "[Errno 12]"
             r"\bmemory allocation failed\b",
@@ -345,7 +353,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # AutoPoison#6); ninja's own "FAILED: x.o" and "build stopped" (DeepSpeed#1435)
             r"Error building extension '",
             r"ninja: build stopped: subcommand failed",
-            r"Command '\['ninja', '-v'\]' returned non-zero exit status",
+            r"Command '\['ninja', '-v'[^\]]*\]' returned non-zero exit status",  # also "-j", "N"
             r"Ninja is required to load C\+\+ extensions",
             r"(?:^|\s)FAILED: \S+\.o\b",
             r"nvcc fatal",  # "nvcc fatal   : Unsupported gpu architecture 'compute_89'"
@@ -358,7 +366,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"unable to compile cuda/cpp extensions without a matching cuda version",
             r"CUDAMismatchException|MissingCUDAException",
             # older DeepSpeed (setup.py / assert_no_cuda_mismatch) and torch cpp_extension
-            r"Installed CUDA version \S+ does not match the version torch was compiled with",
+            # 80-column pip output may wrap these anywhere: either half is enough
+            r"Installed CUDA version \S+ does not match",
+            r"does not match the version torch was compiled with",
+            r"unable to compile cuda/cpp extensions",
+            r"No such file or directory: '[^']*/bin/nvcc'",
+            r"nvcc: (?:command )?not found",
             r"The detected CUDA version \([^)]*\) mismatches the version that was used to "
             r"compile",
             r"CUDA_HOME does not exist",
@@ -443,6 +456,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # fairseq trainer.py / any code raising on a collapsed scale or a NaN loss
             r"FloatingPointError",
             r"Minimum loss scale reached",
+            r"number of nan iterations:\s*[1-9]",  # Megatron's per-interval log line
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
             r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"]?\s*[:=]?\s*"
@@ -496,6 +510,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Bypassing signal SIG\w+",
             r"^Terminated\s*$",  # a shell's foreground job got SIGTERM
             r"Received SIGTERM|SIGTERM received|Received signal 15\b",
+            r"^(?:\w+\.)*KeyboardInterrupt\b",  # someone pressed Ctrl-C: a stop, not a bug
         ),
     ),
     (
@@ -506,7 +521,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"NCCL error",
             r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument"
             r"|InvalidUsage|RemoteError)",
-            r"Watchdog caught collective operation timeout",
+            r"[Ww]atchdog caught collective operation timeout",
+            r"WorkNCCL\(.*\) ran for \d+ milliseconds before timing out",
+            r"detected by watchdog at work",
+            # NCCL's ncclGetErrorString texts, as other frameworks quote them (xgboost's
+            # "NCCL failure :unhandled system error")
+            r"NCCL failure\s*:",
+            r"\bunhandled (?:system|cuda) error\b",
+            r"remote process exited or there was a network error",
             r"NCCL communicator was aborted",
             r"Some NCCL operations have failed or timed out",
             r"watchdog thread terminated with exception",
@@ -555,7 +577,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"exited on signal (\d+)"), None),
     (re.compile(r"=\s+EXIT CODE: (\d+)\b"), None),  # MPICH prints the signal number
     (re.compile(r"(?:exit code|exit status|returned non-zero exit status) 137\b"), 9),
-    (re.compile(r"(?:^|[\]|])[\s*]*(?:Killed|已杀死|Getötet|Убито|Processus arrêté)[\s*.]*$"), 9),
+    # alone on its line, or glued to the progress output it interrupted ("...it/s]Killed",
+    # "ETA: 20s已杀死"); the localized words never appear in healthy English logs
+    (re.compile(r"(?:^|[\]|>%\d]|\ds)[\s*]*(?:Killed|Getötet|Убито|Processus arrêté)[\s*.]*$"), 9),
+    (re.compile(r"已杀死"), 9),
     (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
     (re.compile(r"^zsh: killed\b"), 9),
     (re.compile(r"Killed signal terminated program"), 9),  # gcc when the OOM killer took cc1plus
@@ -628,6 +653,15 @@ _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is no
 # Messages their emitter indents (load_state_dict's per-parameter detail), which the echo
 # test below would otherwise drop as traceback source.
 _INDENTED_MESSAGE = re.compile(r"size mismatch for \S+: copying a param with shape")
+# What an echoed traceback frame looks like once its indentation is gone: a frame header, a
+# rich/IPython frame, a statement, a call or an assignment, a string literal (the message
+# inside a multi-line raise), a closing bracket. Anything else indented is a message.
+_CODE_LIKE = re.compile(
+    r"File \"|[│❱╭╰┃]|-*>\s*\d|\d+\s|[\"'(){}\[\]]|\w*\"|"
+    r"(?:raise|assert|return|if|elif|else|for|while|def|class|with|try|except|finally|import"
+    r"|from|print|yield|lambda|pass|del|global|not|and|or|await|async)\b"
+    r"|[A-Za-z_][\w.\[\]'\"]*\s*(?:[-+*/%|&]?=|\()"
+)
 _TRACEBACK = "Traceback (most recent call last)"
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -863,13 +897,12 @@ class StreamClassifier:
             return None
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
-            # 9.2 does not match ..."): an exception line under indentation is a message,
-            # never source; it is judged, and being indented never ends an attempt.
-            stripped = body.lstrip()
-            if _EXC_LINE.match(stripped) is None:
+            # 9.2 does not match ...", "      Unable to pre-compile ops ..."): an indented
+            # line that is not code is a message; it is judged, and never ends an attempt.
+            stripped = body.lstrip(" \t")
+            if _EXC_LINE.match(stripped) is None and _CODE_LIKE.match(stripped) is not None:
                 return None
             body = stripped
-            line = line[: len(line) - len(body)] + body
         offset = len(line) - len(body)
 
         def make(kind: FailureKind, m: re.Match[str], **kw: bool) -> Evidence:
