@@ -234,3 +234,18 @@ def test_fatal_inside_a_1mb_line_written_in_bursts(where: str) -> None:
     finally:
         _finish(child, pump)
     assert len(got) == 1
+
+
+def test_innermost_exception_under_the_op_builder_is_a_build_error() -> None:
+    """An exception raised inside DeepSpeed's op builder (or torch's extension builder) is a
+    build failure whatever its type; the same exception from the user's frames is not."""
+    frame = '  File "/x/site-packages/deepspeed/ops/op_builder/builder.py", line 445, in load\n'
+    exc = "ImportError: libcurand.so.10: cannot open shared object file\n"
+    tb = "Traceback (most recent call last):\n"
+    built = classify_text(tb + frame + "    return self.jit_load(verbose)\n" + exc, 1)
+    assert built is not None and built.kind is K.DS_BUILD_ERROR
+    user = classify_text(tb + '  File "train.py", line 3, in <module>\n' + exc, 1)
+    assert user is not None and user.kind is K.USER_CODE_ERROR
+    # a new traceback starts clean
+    again = classify_text(tb + frame + exc + tb + '  File "train.py", line 3\n' + exc, 1)
+    assert again is not None and again.kind is K.DS_BUILD_ERROR  # the build error outranks

@@ -248,6 +248,8 @@ _TRIGGERS: tuple[str, ...] = (
     "eepSpeed config values",  # HF mismatch message wrapped at 80 columns
     "return code = -",  # DeepSpeed's "] exits with return code = -9" on a wrapped line
     "recover from OOM",  # fairseq "attempting to recover from OOM in forward/backward pass"
+    "op_builder",  # traceback frames in DeepSpeed's op builder: the exception is a build error
+    "cpp_extension.py",  # ... or in torch's extension builder
 )
 
 
@@ -669,6 +671,14 @@ _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (FailureKind.DS_BUILD_ERROR, re.compile(r"object has no attribute 'ds_opt_adam'")),
 )
+# A traceback frame inside DeepSpeed's op builder or torch's C++/CUDA extension builder, in
+# Python's ('File ".../op_builder/builder.py", line 9') or IPython's (".../cpp_extension.py in
+# _run_ninja_build(...)") format.
+# (Linear on a 1 MB line: each branch starts at one literal, and no two unbounded runs meet.)
+_BUILD_FRAME = re.compile(
+    r"File \"[^\"\n]*(?:op_builder|torch/utils/cpp_extension\.py)[^\"\n]*\", line "
+    r"|^\S*(?:op_builder/\S*|torch/utils/cpp_extension\.py) in \w"
+)
 _IGNORED = "Exception ignored in"
 _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is noise
 # Messages their emitter indents (load_state_dict's per-parameter detail), which the echo
@@ -788,6 +798,7 @@ class StreamClassifier:
         self._lines = 0  # complete lines seen
         self._ignored_until = 0  # exception lines up to here follow "Exception ignored in"
         self._partial_fatal: int | None = None  # line_no of a partial line reported fatal
+        self._build_frames = False  # the current traceback has a frame in a build module
         self._first: dict[FailureKind, list[Evidence]] = {}
         self._last: dict[FailureKind, deque[Evidence]] = {}
 
@@ -915,6 +926,10 @@ class StreamClassifier:
     def _classify_line(self, line: str, line_no: int) -> Evidence | None:
         rank, body = _split_prefix(line)
         if _TRACEBACK in body:  # before the echo test: rich draws it inside "╭── ... ──╮"
+            self._build_frames = False
+            return None
+        if _BUILD_FRAME.search(body) is not None:
+            self._build_frames = True  # this traceback runs through DeepSpeed's op builder
             return None
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
@@ -949,6 +964,11 @@ class StreamClassifier:
         # Any other exception line is the script's own error, traceback header seen or not
         # (pasted and saved logs often lose it); launcher wrappers excluded.
         m = _EXC_LINE.search(body)
+        if m is not None and self._build_frames:
+            # The innermost exception of a traceback through the op builder or torch's
+            # extension builder (a CalledProcessError of ninja included) is a build failure.
+            self._build_frames = False
+            return make(FailureKind.DS_BUILD_ERROR, m)
         if m is not None and m.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
             return make(FailureKind.USER_CODE_ERROR, m, weak=line_no <= self._ignored_until)
         return None
