@@ -865,7 +865,12 @@ class StreamClassifier:
         if len(carry) <= _MAX_CARRY:
             self._carry = carry
             return []
-        found = self._check_partial(carry)  # before any of it is dropped below
+        # Before any of it is dropped below; only when the new text brings a trigger (with an
+        # overlap for one split across bursts): re-judging a long line at every burst would
+        # cost a scan of 64 KiB per read and let a flood outrun the pump.
+        new_from = max(0, len(self._carry) - 64)
+        fresh = _TRIGGER_RX.search(carry, new_from) is not None
+        found = self._check_partial(carry) if fresh else []
         if len(carry) > _MAX_CARRY:
             # A "line" this long is binary junk or an unterminated progress stream; keep its
             # head (where messages start) and its tail (where glued messages end up). A fatal
