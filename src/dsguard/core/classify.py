@@ -17,6 +17,10 @@ Design, in two stages, because the watcher sits in the hot path of every output 
    tracebacks (a ``raise RuntimeError("CUDA out of memory")`` shown in a frame is not a CUDA
    OOM), then run the per-kind regexes in priority order.
 
+Only an OOM *raised* on a rank is fatal (ends the attempt at once, see ``_RAISED``); words
+that merely mention one are evidence for the verdict at exit (issue 12: a tip, fairseq's
+caught-and-skipped OOM, a batch-size finder's probes had killed healthy runs).
+
 The module is pure: no I/O, no clocks, no imports beyond the standard library. Every message
 format below was checked against the code that emits it or against real logs in public issues;
 each rule cites where.
@@ -185,7 +189,7 @@ _TRIGGERS: tuple[str, ...] = (
     "rror",  # Error / error / ERROR: exception lines, "CUDA error:", "NCCL error", "[ERROR]"
     "Exception",  # DeepSpeed raises bare Exception (loss scale), ZeRORuntimeException, ...
     "StopIteration",
-    "Traceback",  # arms the user_code_error rule
+    "Traceback",  # a traceback header: starts a new traceback (see _BUILD_FRAME)
     # Not a bare "memory": DeepSpeed logs memory-usage lines at every step, and each would take
     # the slow path (bench P3: +22 % throughput with these four instead).
     "of memory",  # "CUDA out of memory" without its exception name (C++ what(), tqdm glue), kernel
