@@ -1,4 +1,4 @@
-"""Entry point: ``python -m bench.run [P1 P2 P3 P4 P5] [--quick] [--json FILE] [--markdown FILE]``.
+"""Entry point: ``python -m bench.run [P1 .. P5 classify] [--quick] [--json F] [--markdown F]``.
 
 Runs the chosen benchmarks (all by default) one after the other and prints a Markdown report
 (machine facts, then one section per benchmark with the command that reproduces it). ``--quick``
@@ -17,7 +17,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import p1_relaunch, p2_hung_ranks, p3_classifier, p4_footprint, p5_healing, p6_report
+from bench import (
+    p1_relaunch,
+    p2_hung_ranks,
+    p3_classifier,
+    p4_footprint,
+    p5_healing,
+    p6_report,
+    p_classify,
+)
 from bench.common import REPO_ROOT, machine_info
 
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]], Callable[..., str]]] = {
@@ -27,6 +35,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]], Callable[...,
     "P4": ("P4 footprint and start-up", p4_footprint.run, p4_footprint.markdown),
     "P5": ("P5 healing efficiency", p5_healing.run, p5_healing.markdown),
     "P6": ("P6 report generation", p6_report.run, p6_report.markdown),
+    "CLASSIFY": ("Classifier accuracy on real logs", p_classify.run, p_classify.markdown),
 }
 
 
@@ -43,7 +52,9 @@ def _git_rev() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
-    parser.add_argument("which", nargs="*", metavar="P1|P2|P3|P4|P5|P6", help="default: all")
+    parser.add_argument(
+        "which", nargs="*", metavar="P1|P2|P3|P4|P5|P6|classify", help="default: all"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke check)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--markdown", type=Path, help="also write the report here")

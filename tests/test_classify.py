@@ -493,10 +493,12 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
         False,
     ),
     (
+        # the heartbeat monitor reporting a stuck watchdog is a hang (the corpus labelling
+        # rule), not an NCCL error: it says nothing completed, not that something failed
         "[rank1]:[E1111 17:10:53] ProcessGroupNCCL's watchdog got stuck for 480 seconds without "
         "making progress",
-        K.NCCL_ERROR,
-        1,
+        None,
+        None,
         False,
     ),
     (
@@ -602,8 +604,9 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
         None,
         False,
     ),
-    # exception-shaped lines count only once a traceback was seen (a logger's text is not one)
-    ("KeyError: 'labels'", None, None, False),
+    # an exception line counts with or without its traceback header: saved and pasted logs
+    # often lose the header (issue 12: ordinary exceptions came out ``unknown``)
+    ("KeyError: 'labels'", K.USER_CODE_ERROR, None, False),
     # c10d advice lines after a CUDA error are not errors themselves
     ("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.", None, None, True),
     (
@@ -614,8 +617,8 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
     ),
     # a launcher summary says a child failed, not why
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", None, None, True),
-    # KeyboardInterrupt / SystemExit are not failures of the user's code
-    ("KeyboardInterrupt", None, None, True),
+    # KeyboardInterrupt is someone's Ctrl-C: a stop from outside, not the user's code failing
+    ("KeyboardInterrupt", K.KILLED_EXTERNALLY, None, True),
     ("Fatal Python error: Segmentation fault", None, None, False),
 ]
 
@@ -631,8 +634,18 @@ def test_line_kind(line: str, kind: FailureKind | None, rank: int | None, after_
         return
     assert ev is not None
     assert (ev.kind, ev.rank) == (kind, rank)
-    assert ev.fatal is (kind is K.CUDA_OOM)
+    assert ev.fatal is (kind in (K.CUDA_OOM, K.HOST_OOM) and line not in NOT_RAISED), ev
     assert ev.line_no == (2 if after_tb else 1)
+
+
+#: OOM evidence that is not an exception raised on a rank (a worker's error message, the
+#: kernel's record): it explains a death, but does not end the attempt by itself.
+NOT_RAISED = {
+    "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+    "shared memory (shm).",
+    "[12345.678] Out of memory: Killed process 4242 (python) total-vm:1234kB",
+    "Memory cgroup out of memory: Killed process 4242 (python)",
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -803,13 +816,16 @@ def test_evidence_text_is_limited_and_keeps_the_match() -> None:
 
 
 def test_huge_unterminated_line_is_clipped() -> None:
-    """A partial line never grows without bound; its head is still classified."""
+    """A partial line never grows without bound; its fatal head is reported once, when the
+    line outgrows the carry, and kept as evidence."""
     sc = StreamClassifier()
-    sc.feed(OOM)
+    reported = sc.feed(OOM)
     for _ in range(200):
-        sc.feed("y" * 1000)
-    found = sc.close()
-    assert [e.kind for e in found] == [K.CUDA_OOM]
+        reported += sc.feed("y" * 1000)
+    reported += sc.close()
+    assert [(e.kind, e.fatal) for e in reported] == [(K.CUDA_OOM, True)]
+    assert [e.kind for e in sc.evidence] == [K.CUDA_OOM]
+    assert len(sc._carry) == 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1021,15 +1037,18 @@ def test_corpus_log(name: str) -> None:
     assert failure.evidence or case.kind is K.UNKNOWN
 
 
-def test_corpus_sigkill_becomes_host_oom_only_when_confirmed() -> None:
-    """The NVRx rule: a SIGKILL is a host OOM only with an explicit kernel/cgroup record."""
+def test_corpus_sigkill_is_host_oom_unless_refuted() -> None:
+    """The seeds' playbook: a SIGKILL is a host OOM when confirmed, a *probable* one when
+    nothing is known (a saved log), and killed_externally only when refuted."""
     text = read_log("killed_externally_deepspeed_sigkill.log")
-    unconfirmed = classify_text(text, 247)
+    unknown = classify_text(text, 247)
+    refuted = classify_text(text, 247, host_oom_confirmed=False)
     confirmed = classify_text(text, 247, host_oom_confirmed=True)
-    assert unconfirmed is not None
-    assert confirmed is not None
-    assert unconfirmed.kind is K.KILLED_EXTERNALLY
-    assert confirmed.kind is K.HOST_OOM
+    assert unknown is not None and refuted is not None and confirmed is not None
+    assert (unknown.kind, unknown.host_oom_confirmed) == (K.HOST_OOM, None)
+    assert refuted.kind is K.KILLED_EXTERNALLY
+    assert (confirmed.kind, confirmed.host_oom_confirmed) == (K.HOST_OOM, True)
+    assert unknown.rank_exit == confirmed.rank_exit == -9
     assert any("exits with return code = -9" in line for line in confirmed.evidence)
 
 
@@ -1041,11 +1060,14 @@ def test_confirmation_does_not_relabel_a_failure_without_a_kill() -> None:
     assert failure.kind is K.USER_CODE_ERROR
 
 
-def test_corpus_fatal_only_for_cuda_oom() -> None:
-    """Only CUDA OOM lines ask the supervisor to end the attempt at once."""
+def test_corpus_fatal_only_for_oom() -> None:
+    """Only OOM lines (CUDA or host) ask the supervisor to end the attempt at once."""
     for name in CORPUS:
         for e in evidence_of(read_log(name)):
-            assert e.fatal is (e.kind is K.CUDA_OOM), (name, e)
+            if e.fatal:
+                assert e.kind in (K.CUDA_OOM, K.HOST_OOM), (name, e)
+        if name.startswith("cuda_oom"):
+            assert any(e.fatal for e in evidence_of(read_log(name))), name
 
 
 # ----------------------------------------------------------------------------------------------

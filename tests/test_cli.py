@@ -82,18 +82,52 @@ def test_explain_json_on_rank_prefixed_log(
     assert any("CUDA out of memory" in line for line in out["evidence"])
 
 
-@pytest.mark.parametrize(("code", "kind"), [(-9, "killed_externally"), (137, "killed_externally"),
-                                            (247, "killed_externally"), (0, None)])  # fmt: skip
+@pytest.mark.parametrize(("code", "kind"), [(-9, "host_oom"), (137, "host_oom"),
+                                            (247, "host_oom"), (0, None)])  # fmt: skip
 def test_explain_decodes_sigkill_exit_codes(
     tmp_path: Path, run_dsguard: Callable[..., RunResult], code: int, kind: str | None
 ) -> None:
-    """-9, 137 (shell) and 247 (DeepSpeed launcher) all mean SIGKILL; 0 means success."""
+    """-9, 137 (shell) and 247 (DeepSpeed launcher) all mean SIGKILL, which a saved log cannot
+    confirm or refute: a probable host OOM (the seeds' playbook); 0 means success."""
     (tmp_path / "quiet.log").write_text("step 10/100 loss=1.2\n")
     res = run_dsguard("explain", "quiet.log", "--exit-code", str(code), "--json")
     out = json.loads(res.proc.stdout)
     assert out["kind"] == kind
     if kind is not None:
         assert out["signal"] == 9
+        assert out["verdict"].startswith("probable host_oom") and out["live_evidence"] is False
+
+
+def test_explain_launcher_rank_kill_without_live_evidence(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """accelerate turns a rank's SIGKILL into exit 1 plus a CalledProcessError: explain reads
+    the rank's -9 out of it, calls it a probable host OOM and says nothing confirmed it."""
+    (tmp_path / "acc.log").write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/usr/bin/accelerate", line 8, in <module>\n'
+        "subprocess.CalledProcessError: Command '['/usr/bin/python', 'train.py']' returned "
+        "non-zero exit status -9.\n"
+    )
+    res = run_dsguard("explain", "acc.log", "--exit-code", "1")
+    assert res.code == 0, res.proc.stderr
+    first = res.proc.stdout.splitlines()[0]
+    assert first.startswith("verdict: probable host_oom: the launcher or shell reported")
+    assert "-9" in first and "no live evidence" in first
+    assert "killed rank's exit status (from the launcher's report): -9" in res.proc.stdout
+
+
+def test_explain_argparse_rejection_hints_the_flag(
+    tmp_path: Path, run_dsguard: Callable[..., RunResult]
+) -> None:
+    """An argparse rejection (exit 2) is the user's to fix, with the flag named."""
+    (tmp_path / "arg.log").write_text(
+        "usage: train.py [-h] model_id\n"
+        "train.py: error: unrecognized arguments: --local_rank=0 --deepspeed ds.json\n"
+    )
+    out = json.loads(run_dsguard("explain", "arg.log", "--exit-code", "2", "--json").proc.stdout)
+    assert out["kind"] == "user_code_error" and out["retry_helps"] is False
+    assert "--local_rank --deepspeed" in out["hint"] and "null" in out["hint"]
 
 
 def test_explain_missing_file_is_usage_error(

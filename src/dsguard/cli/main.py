@@ -299,6 +299,30 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _explain_verdict(failure: Any, exit_code: int | None) -> str:
+    """One sentence: what probably happened, and that a saved log has no live evidence.
+
+    A saved log has no exit status unless ``--exit-code`` gives it, and never the cgroup
+    OOM-kill counter, the kernel log or the memory pressure that confirm or refute a
+    SIGKILL as a host OOM during a run; the verdict says so instead of pretending.
+    """
+    status = "no exit status given" if exit_code is None else f"exit status {exit_code}"
+    if failure.kind.value == "host_oom" and failure.host_oom_confirmed is None:
+        if failure.rank_exit is not None:
+            why = f"the launcher or shell reported a process exited with {failure.rank_exit}"
+        elif failure.exit.killed:
+            why = f"the exit status {failure.exit.raw} is a SIGKILL"
+        else:
+            why = "the output shows an allocation failure"
+        if failure.rank_exit is None and not failure.exit.killed:
+            return f"host_oom: {why} (a saved log: {status}, no live evidence)"
+        return (
+            f"probable host_oom: {why}; unconfirmed (no live evidence: {status}, "
+            "no cgroup OOM-kill counter or kernel log read)"
+        )
+    return f"{failure.kind.value} (a saved log: {status}, no live evidence)"
+
+
 def cmd_explain(ns: argparse.Namespace) -> int:
     from dsguard.core.classify import classify_text, decode_exit
     from dsguard.core.ladder import is_recoverable
@@ -319,10 +343,16 @@ def cmd_explain(ns: argparse.Namespace) -> int:
         result = {
             "kind": failure.kind.value,
             "recoverable": is_recoverable(failure.kind),
+            "retry_helps": failure.retry_helps,
             "rank": failure.rank,
+            "rank_exit": failure.rank_exit,
             "evidence": list(failure.evidence),
             "exit_code": failure.exit.raw,
             "signal": failure.exit.signal,
+            "live_evidence": False,
+            "host_oom_confirmed": failure.host_oom_confirmed,
+            "verdict": _explain_verdict(failure, ns.exit_code),
+            "hint": failure.hint,
         }
     if ns.json:
         print(json.dumps(result))
@@ -330,11 +360,17 @@ def cmd_explain(ns: argparse.Namespace) -> int:
     if failure is None:
         print("kind: none (exit code 0: success)")
         return EXIT_OK
+    print(f"verdict: {result['verdict']}")
     print(f"kind: {result['kind']}")
     print(f"recoverable: {'yes' if result['recoverable'] else 'no'}")
+    print(f"unchanged retry helps: {'yes' if result['retry_helps'] else 'no'}")
     print(f"rank: {result['rank'] if result['rank'] is not None else 'unknown'}")
     if result["signal"] is not None:
         print(f"exit: {result['exit_code']} (signal {result['signal']})")
+    if result["rank_exit"] is not None:
+        print(f"killed rank's exit status (from the launcher's report): {result['rank_exit']}")
+    if result["hint"]:
+        print(f"hint: {result['hint']}")
     print("evidence:")
     for line in result["evidence"]:
         print(f"  {line}")

@@ -163,6 +163,9 @@ class OutputPump:
             while True:
                 ready, _, _ = select.select([self._fd], [], [], 0.2)
                 if not ready:
+                    # The output paused: a fatal message written without its newline (a rank
+                    # that then stalls) is judged now, not at the hang timeout.
+                    self._handle(self._classifier.check_partial())
                     if self._stop.is_set():
                         break
                     continue

@@ -1,0 +1,260 @@
+"""Classifier accuracy on real logs: ``python -m bench.run classify``.
+
+Three sets, scored separately:
+
+* the project's corpus ``tests/data/corpus`` (real failure excerpts from public issue
+  threads, labelled by root cause): ``tune`` (the rules were tuned on it) and ``heldout``
+  (never looked at while writing rules), split by the sha1 rule in its README;
+* its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
+  streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
+  the attempt at once) is a false kill; the final verdict at exit 0 must be success;
+* GPUAlert's public labelled corpus (``tests/data/external/gpualert``, MIT, from
+  github.com/Parv-01/gpualert-eval) as an external set that was never tuned on.
+
+A saved log carries no live evidence: the corpus logs are scored with an unknown exit status
+(``exit_code=None``), GPUAlert's with the exit code its labels record. A ``hang`` log is, by
+nature, the output before a silence; it is scored as what the supervisor saw when it ended
+the attempt for that silence (``hang=True``), every other log with ``hang=False``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO_ROOT
+from dsguard.core.classify import StreamClassifier, classify, decode_exit
+
+CORPUS = REPO_ROOT / "tests" / "data" / "corpus"
+GPUALERT = REPO_ROOT / "tests" / "data" / "external" / "gpualert"
+
+#: Corpus labels -> dsguard kinds (one table: the corpus uses dsguard's names today).
+CORPUS_LABELS: dict[str, str] = {
+    k: k
+    for k in (
+        "cuda_oom", "host_oom", "ds_build_error", "ds_config_error", "nccl_error", "cuda_fatal",
+        "loss_divergence", "checkpoint_error", "disk_full", "user_code_error",
+        "killed_externally", "hang",
+    )
+}  # fmt: skip
+
+#: GPUAlert's modes -> dsguard kinds. Excluded: ``segfault`` (dsguard has no kind for a
+#: SIGSEGV; it says ``unknown``, which is right but not a class to score).
+GPUALERT_LABELS: dict[str, str] = {
+    "cuda_oom": "cuda_oom",
+    "nccl": "nccl_error",
+    "cuda_runtime": "cuda_fatal",
+    "ram_oom": "host_oom",
+    "oom_killer": "host_oom",
+    "nan_loss": "loss_divergence",
+    "file_not_found": "user_code_error",
+    "permission": "user_code_error",
+    "missing_module": "user_code_error",
+    "div_zero": "user_code_error",
+    "device_mismatch": "user_code_error",
+    "traceback": "user_code_error",
+    "assertion": "user_code_error",
+    "runtime_error": "user_code_error",
+}
+GPUALERT_EXCLUDED = ("segfault",)
+
+#: The kinds that move the OOM/build ladders: a wrong one changes the training for nothing.
+LADDER_KINDS = ("cuda_oom", "host_oom", "ds_build_error")
+OOM_KINDS = ("cuda_oom", "host_oom")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    label: str  # the dsguard kind it must be classified as
+    text: str
+    exit_code: int | None
+    group: str  # tune / heldout / mention / injected / wild / synthetic
+
+
+def corpus_cases(root: Path = CORPUS) -> list[Case]:
+    cases: list[Case] = []
+    for raw in (root / "index.jsonl").read_text(encoding="utf-8").splitlines():
+        if not raw.strip():
+            continue
+        row = json.loads(raw)
+        text = (root / row["file"]).read_text(encoding="utf-8", errors="replace")
+        if row["label"] == "mention":
+            cases.append(Case(row["file"], "mention", text, 0, "mention"))
+        else:
+            label = CORPUS_LABELS[row["label"]]
+            cases.append(Case(row["file"], label, text, None, row["split"]))
+    return cases
+
+
+def gpualert_cases(root: Path = GPUALERT) -> list[Case]:
+    if not (root / "labels.jsonl").is_file():
+        return []
+    cases: list[Case] = []
+    for raw in (root / "labels.jsonl").read_text(encoding="utf-8").splitlines():
+        if not raw.strip():
+            continue
+        row = json.loads(raw)
+        if row["mode"] in GPUALERT_EXCLUDED:
+            continue
+        path = root / row["log_path"]
+        text = path.read_text(encoding="utf-8", errors="replace")
+        cases.append(
+            Case(row["id"], GPUALERT_LABELS[row["mode"]], text, row["true_exit_code"],
+                 row["source"])
+        )  # fmt: skip
+    return cases
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # dsguard kind, or "success"
+    fatal_lines: tuple[str, ...]  # lines that would have ended the attempt while streaming
+
+
+def judge_case(case: Case) -> Verdict:
+    """Stream the text like the pump does (in 4 KiB pieces), then the final verdict."""
+    sc = StreamClassifier()
+    fatal: list[str] = []
+    step = 4096
+    for i in range(0, len(case.text), step):
+        fatal += [ev.text for ev in sc.feed(case.text[i : i + step]) if ev.fatal]
+    fatal += [ev.text for ev in sc.close() if ev.fatal]
+    failure = classify(sc.evidence, decode_exit(case.exit_code), hang=case.label == "hang")
+    return Verdict("success" if failure is None else failure.kind.value, tuple(fatal))
+
+
+@dataclass
+class Score:
+    n: int
+    correct: int
+    confusion: Counter[tuple[str, str]]  # (true, predicted) -> count
+    misses: list[tuple[str, str, str]]  # (name, true, predicted)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n if self.n else 0.0
+
+    def labels(self) -> list[str]:
+        return sorted({t for t, _ in self.confusion} | {p for _, p in self.confusion})
+
+    def precision(self, kind: str) -> float | None:
+        predicted = sum(c for (_, p), c in self.confusion.items() if p == kind)
+        return self.confusion[(kind, kind)] / predicted if predicted else None
+
+    def recall(self, kind: str) -> float | None:
+        true = sum(c for (t, _), c in self.confusion.items() if t == kind)
+        return self.confusion[(kind, kind)] / true if true else None
+
+    def predicted(self, kind: str) -> int:
+        return sum(c for (_, p), c in self.confusion.items() if p == kind)
+
+    def user_as_oom(self) -> int:
+        return sum(self.confusion[("user_code_error", k)] for k in OOM_KINDS)
+
+
+def score(cases: Iterable[Case], judge: Callable[[Case], Verdict] = judge_case) -> Score:
+    confusion: Counter[tuple[str, str]] = Counter()
+    misses: list[tuple[str, str, str]] = []
+    n = correct = 0
+    for case in cases:
+        got = judge(case).kind
+        n += 1
+        confusion[(case.label, got)] += 1
+        if got == case.label:
+            correct += 1
+        else:
+            misses.append((case.name, case.label, got))
+    return Score(n, correct, confusion, misses)
+
+
+def false_kills(cases: Iterable[Case]) -> list[tuple[str, str]]:
+    """(file, line) for each mention that a fatal verdict would have ended, or that the final
+    verdict at exit 0 calls a failure."""
+    out: list[tuple[str, str]] = []
+    for case in cases:
+        v = judge_case(case)
+        if v.fatal_lines:
+            out.append((case.name, v.fatal_lines[0]))
+        elif v.kind != "success":
+            out.append((case.name, f"final verdict {v.kind} at exit 0"))
+    return out
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    del quick  # a few hundred files: always the full run
+    corpus = corpus_cases()
+    ext = gpualert_cases()
+    sets = {
+        "tune": [c for c in corpus if c.group == "tune"],
+        "heldout": [c for c in corpus if c.group == "heldout"],
+        "gpualert": ext,
+        "gpualert-wild": [c for c in ext if c.group == "wild"],
+    }
+    res: dict[str, Any] = {"sets": {}}
+    for name, cases in sets.items():
+        s = score(cases)
+        res["sets"][name] = {
+            "n": s.n, "accuracy": s.accuracy, "confusion": [[t, p, c] for (t, p), c in
+            sorted(s.confusion.items())], "misses": s.misses,
+        }  # fmt: skip
+    mentions = [c for c in corpus if c.group == "mention"]
+    res["mentions"] = {"n": len(mentions), "false_kills": false_kills(mentions)}
+    return res
+
+
+def _rebuild(d: dict[str, Any]) -> Score:
+    conf: Counter[tuple[str, str]] = Counter({(t, p): c for t, p, c in d["confusion"]})
+    return Score(d["n"], round(d["accuracy"] * d["n"]), conf, d["misses"])
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def score_markdown(name: str, s: Score) -> str:
+    labels = s.labels()
+    rows = [
+        f"**{name}**: {s.correct}/{s.n} = {100 * s.accuracy:.1f}% accuracy; "
+        f"`unknown` {s.predicted('unknown')} ({100 * s.predicted('unknown') / max(s.n, 1):.1f}%); "
+        f"user errors taken for an OOM: {s.user_as_oom()}\n",
+        "| kind | precision | recall | true | predicted |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for k in labels:
+        true = sum(c for (t, _), c in s.confusion.items() if t == k)
+        rows.append(
+            f"| {k} | {_pct(s.precision(k))} | {_pct(s.recall(k))} | {true} | {s.predicted(k)} |"
+        )
+    rows += ["", "Confusion (rows: true, columns: predicted):", ""]
+    short = [k.replace("_error", "").replace("killed_externally", "killed") for k in labels]
+    rows.append("| true \\ predicted | " + " | ".join(short) + " |")
+    rows.append("| --- " * (len(labels) + 1) + "|")
+    for t in labels:
+        cells = [str(s.confusion[(t, p)] or ".") for p in labels]
+        rows.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def markdown(res: dict[str, Any]) -> str:
+    out = []
+    for name, d in res["sets"].items():
+        if d["n"]:
+            out += [score_markdown(name, _rebuild(d)), ""]
+    m = res["mentions"]
+    out.append(f"**mentions**: {len(m['false_kills'])} of {m['n']} harmless logs would be ended")
+    for f, line in m["false_kills"]:
+        out.append(f"- `{f}`: `{line[:120]}`")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    r = run()
+    print(markdown(r))
+    for name, d in r["sets"].items():
+        for miss in d["misses"]:
+            print(name, *miss)

@@ -1,0 +1,102 @@
+"""Issue 12: the classifier against real logs, targets computed from the corpus itself.
+
+``tests/data/corpus`` holds real failure excerpts from public issue threads, labelled by root
+cause and split ``tune`` / ``heldout`` by a sha1 rule (see its README), plus harmless
+mentions. The scoring is ``bench/p_classify.py`` (also ``python -m bench.run classify``); these
+tests hold the figures it reports to the issue's targets. Nothing is hard-coded: adding a log
+to the corpus changes what is checked.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench.p_classify import (
+    LADDER_KINDS,
+    Score,
+    corpus_cases,
+    false_kills,
+    gpualert_cases,
+    score,
+)
+
+CASES = corpus_cases()
+
+
+def _score(group: str) -> Score:
+    cases = [c for c in CASES if c.group == group]
+    assert cases, group
+    return score(cases)
+
+
+def test_corpus_is_real_and_split() -> None:
+    """At least 249 labelled failures in 12 kinds and 45 mentions, both splits used."""
+    failures = [c for c in CASES if c.group != "mention"]
+    assert len(failures) >= 249
+    assert len({c.label for c in failures}) == 12
+    assert len([c for c in CASES if c.group == "mention"]) >= 45
+    assert {c.group for c in failures} == {"tune", "heldout"}
+
+
+def test_zero_false_kills_on_harmless_mentions() -> None:
+    """No mention is ended while streaming, none is a failure at exit 0."""
+    assert false_kills([c for c in CASES if c.group == "mention"]) == []
+
+
+@pytest.mark.parametrize("group", ["tune", "heldout"])
+def test_ladder_kinds_are_precise(group: str) -> None:
+    """cuda_oom, host_oom and ds_build_error change the training: precision >= 0.98."""
+    s = _score(group)
+    for kind in LADDER_KINDS:
+        p = s.precision(kind)
+        assert p is None or p >= 0.98, (kind, p, s.misses)
+
+
+@pytest.mark.parametrize("group", ["tune", "heldout"])
+def test_no_user_error_is_taken_for_an_oom(group: str) -> None:
+    assert _score(group).user_as_oom() == 0
+
+
+def test_heldout_accuracy_floor() -> None:
+    """The level reached without tuning on heldout (91.1% when written): no regression."""
+    assert _score("heldout").accuracy >= 0.90
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12 target not met yet: heldout 91.1%, unknown 7.3%")
+def test_heldout_meets_the_issue_targets() -> None:
+    """The issue's targets: >= 95% accuracy on logs not tuned on, ``unknown`` below 3%."""
+    s = _score("heldout")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
+def test_every_real_oom_traceback_is_fatal_at_line_time() -> None:
+    """Each cuda_oom log whose output has the OOM exception line (at a line start, after a
+    rank prefix) ends the attempt while streaming (P1 stays met) and is judged cuda_oom.
+    fairseq's caught-and-logged OOMs are evidence, not kills; a line pasted as a Markdown
+    quote ("> torch...") is not output."""
+    from bench.p_classify import judge_case
+
+    raised = re.compile(r"(?m)^(?:\[\w+\]:\s?)?(?:\w+\.)*OutOfMemoryError: CUDA out of memory")
+    ooms = [c for c in CASES if c.label == "cuda_oom" and raised.search(c.text)]
+    assert len(ooms) >= 8
+    for case in ooms:
+        v = judge_case(case)
+        assert v.fatal_lines and v.kind == "cuda_oom", case.name
+
+
+def test_external_gpualert_set_never_tuned_on() -> None:
+    """GPUAlert's labelled corpus, scored as an external set: no user error taken for an OOM,
+    the ladder kinds precise, every failure that did not exit 0 classified right but one
+    (a state_dict load error GPUAlert labels runtime_error and dsguard checkpoint_error)."""
+    cases = gpualert_cases()
+    if not cases:
+        pytest.skip("tests/data/external/gpualert not present")
+    s = score(cases)
+    assert s.user_as_oom() == 0
+    for kind in LADDER_KINDS:
+        p = s.precision(kind)
+        assert p is None or p >= 0.98, (kind, p)
+    failed = score([c for c in cases if c.exit_code != 0])
+    assert failed.n - failed.correct <= 1, failed.misses
