@@ -21,16 +21,18 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from dsguard.core.classify import Evidence, StreamClassifier
 from dsguard.core.envfacts import EnvFacts
 from dsguard.core.events import LogWriteFailed
+from dsguard.host.cgroup import MemoryCgroup
 from dsguard.host.gpu import Holder, ReleaseResult, ReleaseStatus
 from dsguard.protocol import Heartbeat
 from dsguard.run.checkpoints import CheckpointVerdict, Selection, checkpoint_step
 from dsguard.run.host import Attempt
 from dsguard.run.launch import Command
+from dsguard.run.memlimit import LimitHow, MemoryLimit
 from dsguard.run.proc import AttemptRef, EndReport
 from dsguard.run.resume import StatePatch
 
@@ -77,6 +79,8 @@ class Script:
         gpu_busy_until_s: its GPUs compute until then, idle after; None: unknown.
         spawn_error: the attempt cannot be started (an OSError with this message).
         save_on_stop_s: it honours a save-and-stop request by exiting 0 this long after it.
+        psi_full_avg10: the memory pressure (PSI full avg10, percent) read after it ended.
+        oom_daemon_lines: what systemd-oomd / earlyoom logged while it ran.
     """
 
     lines: tuple[tuple[float, str], ...] = ()
@@ -92,6 +96,8 @@ class Script:
     gpu_busy_until_s: float | None = None
     spawn_error: str | None = None
     save_on_stop_s: float | None = None
+    psi_full_avg10: float | None = None
+    oom_daemon_lines: tuple[str, ...] = ()
 
 
 @dataclass
@@ -194,6 +200,8 @@ class _FakeAttempt:
         self.exit_code = code
         self.exited_at = at
         self.host.oom_kills += self.script.oom_kills
+        self.host.psi = self.script.psi_full_avg10
+        self.host.journal += self.script.oom_daemon_lines
         if self.script.kernel_oom:
             self.host.kernel_oom_pids.add(self.pid)
 
@@ -229,6 +237,8 @@ class FakeHost:
         leftovers: attempt number -> pids still alive from a dead dsguard's attempt.
         quarantine_s: how long setting one checkpoint aside takes (a big dir on a slow disk);
             scripted stop requests can arrive in between.
+        oom_counter_readable: False: the OOM-kill counter cannot be read (None).
+        limit_how: how ``resources.host_memory_limit`` is enforced on this fake machine.
     """
 
     scripts: Sequence[Script]
@@ -237,10 +247,17 @@ class FakeHost:
     memory_limit: int | None = None
     leftovers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     quarantine_s: float = 0.0
+    oom_counter_readable: bool = True
+    limit_how: LimitHow = "cgroup_v1"
 
     t: float = field(default=0.0, init=False)
     oom_kills: int = field(default=0, init=False)
     kernel_oom_pids: set[int] = field(default_factory=set, init=False)
+    psi: float | None = field(default=None, init=False)
+    journal: tuple[str, ...] = field(default=(), init=False)
+    #: Every attempt memory limit created, and those removed again, in order.
+    memory_limits: list[MemoryLimit] = field(default_factory=list, init=False)
+    memory_limits_removed: list[MemoryLimit] = field(default_factory=list, init=False)
     attempts: list[_FakeAttempt] = field(default_factory=list, init=False)
     #: Every checkpoint path set aside, in order.
     quarantined: list[Path] = field(default_factory=list, init=False)
@@ -370,8 +387,28 @@ class FakeHost:
         a = self._live()
         return None if a is None or a.pid != pid else a.script.rss_bytes
 
-    def oom_kill_count(self) -> int | None:
-        return self.oom_kills
+    def oom_kill_count(self, cgroup: MemoryCgroup | None = None) -> int | None:
+        return self.oom_kills if self.oom_counter_readable else None
+
+    def create_memory_limit(self, run_id: str, attempt: int, limit_bytes: int) -> MemoryLimit:
+        if self.limit_how == "rlimit_as":
+            ml = MemoryLimit("rlimit_as", limit_bytes, None, "FakeHost: no memory cgroup")
+        else:
+            version: Literal[1, 2] = 1 if self.limit_how == "cgroup_v1" else 2
+            where = Path(f"/fake/cgroup/dsguard-{run_id}-attempt-{attempt}")
+            ml = MemoryLimit(self.limit_how, limit_bytes, MemoryCgroup(version, where))
+        self.memory_limits.append(ml)
+        return ml
+
+    def remove_memory_limit(self, limit: MemoryLimit) -> bool:
+        self.memory_limits_removed.append(limit)
+        return True
+
+    def memory_pressure(self, cgroup: MemoryCgroup | None) -> float | None:
+        return self.psi
+
+    def oom_daemon_lines(self, since_wall_s: float) -> list[str]:
+        return list(self.journal)
 
     def kernel_oom_killed_pids(self) -> set[int]:
         return set(self.kernel_oom_pids)

@@ -337,7 +337,9 @@ class FailureDetected(Event):
     exit_code: int | None
     signal: int | None
     recoverable: bool
-    host_oom_confirmed: bool
+    #: For a SIGKILL: true (the OOM killer's, confirmed), false (someone else's, refuted),
+    #: null (unknown: treated as a host OOM); false when nothing was killed.
+    host_oom_confirmed: bool | None
     host_oom_evidence: list[str]
     checkpoint_progress: bool
 
@@ -576,6 +578,36 @@ class LogDirRecreated(Event):
 
 
 EVENTS.update({"console_lost": ConsoleLost, "log_dir_recreated": LogDirRecreated})
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
+
+# -- issue 12: SIGKILL judged, memory limits enforced, rungs skipped, divergence --------------
+
+
+class MemoryLimitApplied(Event):
+    """``resources.host_memory_limit`` is enforced on the attempt: by its own memory cgroup
+    (``cgroup_v1``/``cgroup_v2``: the kernel's OOM killer SIGKILLs it at the limit, and that
+    cgroup's ``oom_kill`` counter confirms it) or, where no cgroup can be made, by
+    ``rlimit_as`` (allocations fail instead; ``reason`` says why no cgroup)."""
+
+    how: str
+    limit_bytes: int
+    cgroup: str | None
+    reason: str | None
+
+
+class SigkillJudged(Event):
+    """The attempt (or one of its ranks) died of SIGKILL: ``outcome`` is ``confirmed`` (the
+    OOM killer's), ``refuted`` (someone else is known to have sent it and no OOM sign) or
+    ``unknown``; ``host_oom`` says whether the host-OOM ladder answers it."""
+
+    outcome: str
+    reasons: list[str]
+    host_oom: bool
+    rank_killed: bool
+
+
+EVENTS.update({"memory_limit_applied": MemoryLimitApplied, "sigkill_judged": SigkillJudged})
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 

@@ -119,6 +119,7 @@ def build_command(
     supervisor_python: str = sys.executable,
     supervisor_pid: int | None = None,
     remedies: Sequence[Remedy] = (),
+    memory_cgroup: Path | None = None,
 ) -> Command:
     """argv, environment and cwd of one attempt.
 
@@ -134,6 +135,8 @@ def build_command(
             process dies (parent-death signal).
         remedies: environment remedies applied so far (flags here, env below; their config
             patch goes into the rendered DeepSpeed config).
+        memory_cgroup: the attempt's memory cgroup (``run/memlimit``): the shim joins it
+            before exec; RLIMIT_AS is passed as well, the shim's fallback if joining fails.
     """
     from dsguard.core.remedies import merged_env, remedy_args
 
@@ -150,6 +153,8 @@ def build_command(
         shim = [supervisor_python, "-m", "dsguard.run.exec_shim"]
         if supervisor_pid is not None:
             shim += ["--parent", str(supervisor_pid)]
+        if memory_cgroup is not None:
+            shim += ["--cgroup", str(memory_cgroup)]
         if job.resources.host_memory_limit_bytes is not None:
             shim += ["--as-bytes", str(job.resources.host_memory_limit_bytes)]
         argv = [*shim, "--", *argv]

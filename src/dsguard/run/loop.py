@@ -52,11 +52,19 @@ from dsguard.core.ledger import (
 )
 from dsguard.core.preflight import Problem as PreflightProblem
 from dsguard.core.render import render_attempt_config
+from dsguard.core.sigkill import (
+    KillEvidence,
+    KillJudgement,
+    judge_sigkill,
+    kill_sender_in,
+    oom_daemon_kills,
+    rank_killed_in,
+)
 from dsguard.core.states import TERMINAL, RunState
 from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
+from dsguard.host.cgroup import MemoryCgroup
 from dsguard.host.gpu import ReleaseResult
-from dsguard.host.memory import NEAR_LIMIT_FRACTION
 from dsguard.job.model import Job
 from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
 from dsguard.run import checkpoints as ckpts
@@ -66,6 +74,7 @@ from dsguard.run.host import Attempt, Host, RealHost
 from dsguard.run.launch import Command, build_command
 from dsguard.run.lock import JobLock, acquire
 from dsguard.run.logdir import LogDir, ensure_log_dir
+from dsguard.run.memlimit import MemoryLimit
 from dsguard.run.observe import EndedBy, Observation, judge, verdict
 from dsguard.run.proc import AttemptRef, EndReport
 from dsguard.run.sdnotify import Notifier, child_env
@@ -180,6 +189,9 @@ class _Current:
     classifier: StreamClassifier = field(default_factory=StreamClassifier)
     t0: float = 0.0
     oom_before: int | None = None
+    #: How resources.host_memory_limit is enforced on this attempt (None: no limit).
+    memlimit: MemoryLimit | None = None
+    t0_wall: float = 0.0
     ended_by: EndedBy = "exit"
     report: EndReport | None = None
     rss_samples: list[int] = field(default_factory=list)
@@ -453,15 +465,17 @@ class Supervisor:
             return self._preflight_refused(run, problems)
         if self._stop_signal is not None:
             return self._stopped()
+        cgroup = self._apply_memory_limit(run, cur)
         cmd = cur.cmd = build_command(
             job, knobs, run_id=run.run_id, attempt=n, base_env=run.base_env,
             ds_config=ds_path, resume_from=cur.resume, output_dir=ledger.phase_output,
             init_from=ledger.phase_init_from, supervisor_pid=os.getpid(),
-            remedies=ledger.remedies,
+            remedies=ledger.remedies, memory_cgroup=None if cgroup is None else cgroup.dir,
         )  # fmt: skip
         log_path = cur.log_path = self._logs.attempt_log(n)
-        cur.oom_before = self.host.oom_kill_count()
+        cur.oom_before = self.host.oom_kill_count(cgroup)
         cur.t0 = self.host.monotonic()
+        cur.t0_wall = self.host.wall()
         if self._stop_signal is not None:
             return self._stopped()
         try:
@@ -471,6 +485,7 @@ class Supervisor:
                 echo=cast(BinaryIO | None, self._gate(self.echo)),
             )  # fmt: skip
         except OSError as exc:
+            self._release_memory_limit(cur)
             run.events.emit("attempt_not_started", argv=cmd.argv, error=str(exc))
             return _Next(RunState.GAVE_UP, f"cannot start {cmd.argv[0]!r}: {exc.strerror or exc}")
         run.unstarted = False
@@ -493,6 +508,26 @@ class Supervisor:
                 "checkpoint_dir": ledger.ckpt_dir,
             },
         )  # fmt: skip
+
+    def _apply_memory_limit(self, run: _Run, cur: _Current) -> MemoryCgroup | None:
+        """Give the attempt its own memory cgroup with ``resources.host_memory_limit`` (or
+        say why RLIMIT_AS is used instead); the cgroup whose counter confirms an OOM kill."""
+        limit_bytes = self.job.resources.host_memory_limit_bytes
+        if limit_bytes is None:
+            return None
+        if self._stop_signal is not None:
+            return None  # no launch follows; nothing to create
+        ml = cur.memlimit = self.host.create_memory_limit(run.run_id, cur.number, limit_bytes)
+        run.events.emit(
+            "memory_limit_applied", how=ml.how, limit_bytes=ml.limit_bytes,
+            cgroup=None if ml.cgroup is None else ml.cgroup.dir, reason=ml.reason,
+        )  # fmt: skip
+        return ml.cgroup
+
+    def _release_memory_limit(self, cur: _Current) -> None:
+        if cur.memlimit is not None and cur.memlimit.cgroup is not None:
+            self.host.remove_memory_limit(cur.memlimit)
+        cur.memlimit = None
 
     def _resume_point(self, run: _Run, cur: _Current) -> None:
         """The checkpoint the attempt resumes from, and the newest complete step now (to
@@ -765,12 +800,20 @@ class Supervisor:
             return _Next(
                 RunState.SUCCEEDED, "the training command exited 0", exit_code=EXIT_SUCCEEDED
             )
+        kill = obs.kill
+        if kill is not None:
+            run.events.emit(
+                "sigkill_judged", outcome=kill.outcome, reasons=list(kill.reasons),
+                host_oom=obs.kill_is_host_oom, rank_killed=obs.rank_killed,
+            )  # fmt: skip
+        confirmed = kill.host_oom_confirmed if kill is not None else False
         run.events.emit(
             "failure_detected", kind=failure.kind, rank=failure.rank,
             evidence=list(failure.evidence), exit_code=obs.exit_code,
             signal=obs.exit.signal, recoverable=is_recoverable(failure.kind),
-            host_oom_confirmed=bool(obs.host_oom_evidence),
-            host_oom_evidence=list(obs.host_oom_evidence), checkpoint_progress=obs.progressed,
+            host_oom_confirmed=confirmed,
+            host_oom_evidence=list(kill.reasons) if kill is not None and confirmed else [],
+            checkpoint_progress=obs.progressed,
         )  # fmt: skip
         decision = judge(failure, run.ledger, run.cfg, self._remedy_context(run, cur, failure))
         if isinstance(decision, GiveUp):
@@ -813,12 +856,14 @@ class Supervisor:
                 cur.start_step is None or end_step > cur.start_step
             )
         pids = tuple(sorted(seen))
+        kill, rank_killed = self._judge_kill(cur, exit_code, pids)
+        self._release_memory_limit(cur)  # after its counter was read
         return Observation(
             attempt=cur.number, exit_code=exit_code, ended_by=cur.ended_by,
             duration_s=duration_s, evidence=cur.classifier.evidence,
             output_bytes=handle.output_bytes, output_lines=cur.classifier.lines_seen,
             log_dropped_bytes=handle.log_dropped_bytes,
-            pids=pids, host_oom_evidence=tuple(self._host_oom_evidence(cur, exit_code, pids)),
+            pids=pids, kill=kill, rank_killed=rank_killed,
             progressed=progressed, caps=capabilities(beats) if beats else None,
             last_step=None if last is None else last.global_step,
             last_loss=None if last is None else last.loss,
@@ -840,38 +885,39 @@ class Supervisor:
             log_dropped_bytes=obs.log_dropped_bytes or None,
         )  # fmt: skip
 
-    def _host_oom_evidence(
+    def _judge_kill(
         self, cur: _Current, exit_code: int | None, pids: tuple[int, ...]
-    ) -> list[str]:
-        """Why a SIGKILL of this attempt was the OOM killer's, if anything says so.
-
-        A bare SIGKILL proves nothing (a user, a watchdog, a container runtime); each source
-        here is independent evidence: the cgroup's oom_kill counter rose, the kernel log names
-        one of the attempt's pids, or its resident memory was within 10 % of the limit just
-        before it died. Only consulted when something of the attempt was killed.
-        """
-        evidence: list[str] = []
-        oom_after = self.host.oom_kill_count()
-        before = cur.oom_before
-        if before is not None and oom_after is not None and oom_after > before:
-            evidence.append(f"cgroup memory.events oom_kill +{oom_after - before}")
-        killed = decode_exit(exit_code).killed
-        if not killed and not any(
+    ) -> tuple[KillJudgement | None, bool]:
+        """Who killed the attempt, when it (or one of its ranks) died of SIGKILL: the live
+        evidence gathered here, the judgement in ``core/sigkill`` (confirmed, refuted,
+        unknown). Also whether the launcher's output says a rank was killed although the
+        launcher itself exited with a plain error. (None, False) when nothing was killed."""
+        texts = [ev.text for ev in cur.classifier.evidence]
+        rank_killed = rank_killed_in(texts)
+        killed = decode_exit(exit_code).killed or rank_killed or any(
             ev.kind is FailureKind.KILLED_EXTERNALLY for ev in cur.classifier.evidence
-        ):
-            return evidence
-        ours = sorted(self.host.kernel_oom_killed_pids() & set(pids))
-        if ours:
-            evidence.append(f"kernel log: OOM killer killed pid {ours[0]}")
-        limit = self.host.memory_limit_bytes()
-        if limit and cur.rss_samples:
-            peak = max(cur.rss_samples)
-            if peak >= NEAR_LIMIT_FRACTION * limit:
-                evidence.append(
-                    f"resident memory {peak / 2**30:.1f} GiB, {100 * peak / limit:.0f} % of "
-                    f"the {limit / 2**30:.1f} GiB limit, just before the kill"
-                )
-        return evidence
+        )
+        if not killed:
+            return None, False
+        cgroup = None if cur.memlimit is None else cur.memlimit.cgroup
+        after = self.host.oom_kill_count(cgroup)
+        before = cur.oom_before
+        delta = None if before is None or after is None else after - before
+        limit = cur.memlimit.limit_bytes if cgroup is not None and cur.memlimit else None
+        tail = [] if cur.log_path is None else _tail_lines(cur.log_path, 200)
+        sender = kill_sender_in(tail)
+        if cur.report is not None and cur.report.killed_pids:
+            sender = "dsguard (it ended the attempt and SIGKILLed what outlived the grace)"
+        evidence = KillEvidence(
+            oom_kill_delta=delta,
+            kernel_oom_pids=tuple(sorted(self.host.kernel_oom_killed_pids() & set(pids))),
+            rss_peak_bytes=max(cur.rss_samples) if cur.rss_samples else None,
+            limit_bytes=limit or self.host.memory_limit_bytes(),
+            oom_daemon_lines=oom_daemon_kills(self.host.oom_daemon_lines(cur.t0_wall), pids),
+            psi_full_avg10=self.host.memory_pressure(cgroup),
+            sender=sender,
+        )
+        return judge_sigkill(evidence), rank_killed
 
     def _remedy_context(self, run: _Run, cur: _Current, failure: Failure) -> RemedyContext | None:
         """Facts the remedy ladder needs (env probe, log tail); only for remedy kinds, as
