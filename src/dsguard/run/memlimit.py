@@ -65,7 +65,7 @@ def _make_v1(parent: MemoryCgroup, name: str, limit: int) -> MemoryCgroup:
         memsw = child.dir / "memory.memsw.limit_in_bytes"
         if memsw.exists():  # only after limit_in_bytes: memsw may never be below it
             _write(memsw, str(limit))
-        oom_control = child.oom_file.read_text()
+        oom_control = child.oom_file.read_text() if child.oom_file.exists() else ""
         if "oom_kill_disable 1" in oom_control:  # inherited from the parent: re-enable
             _write(child.oom_file, "0")
     except OSError:
