@@ -607,7 +607,22 @@ class SigkillJudged(Event):
     rank_killed: bool
 
 
-EVENTS.update({"memory_limit_applied": MemoryLimitApplied, "sigkill_judged": SigkillJudged})
+class RungsSkipped(Event):
+    """The ladder passed over rungs that could change nothing for this job (pin_memory already
+    off or a CPU-only run, workers already 0, ...): no attempt is spent on them. ``skipped``
+    lists ``{"rung", "reason"}``."""
+
+    kind: str
+    skipped: list[dict[str, str]]
+
+
+EVENTS.update(
+    {
+        "memory_limit_applied": MemoryLimitApplied,
+        "sigkill_judged": SigkillJudged,
+        "rungs_skipped": RungsSkipped,
+    }
+)
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 

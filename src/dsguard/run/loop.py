@@ -20,6 +20,7 @@ attempt it left behind and continues at the recorded rung.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -220,6 +221,8 @@ class _Run:
     ended_pids: tuple[int, ...] = ()
     #: The failure kind the coming relaunch answers (for the systemd status line).
     last_kind: FailureKind | None = None
+    #: Whether the training runs on the CPU (measured once, at the first host OOM).
+    cpu_only: bool | None = None
 
 
 @dataclass
@@ -815,6 +818,8 @@ class Supervisor:
             host_oom_evidence=list(kill.reasons) if kill is not None and confirmed else [],
             checkpoint_progress=obs.progressed,
         )  # fmt: skip
+        if failure.kind is FailureKind.HOST_OOM:
+            self._note_cpu_only(run, cur)
         decision = judge(failure, run.ledger, run.cfg, self._remedy_context(run, cur, failure))
         if isinstance(decision, GiveUp):
             return _Next(RunState.GAVE_UP, decision.reason, kind=failure.kind)
@@ -919,6 +924,22 @@ class Supervisor:
         )
         return judge_sigkill(evidence), rank_killed
 
+    def _note_cpu_only(self, run: _Run, cur: _Current) -> None:
+        """A torch build without CUDA or ROCm pins nothing, so the pin_memory rung is skipped
+        rather than spent on an attempt. Measured once per run (the env probe starts the
+        training interpreter); unknown (no torch found) counts as not CPU-only."""
+        if run.cpu_only is not None:
+            return
+        env = {} if cur.cmd is None else cur.cmd.env
+        facts = self.host.env_facts(self.job.python, env, self.job.gpus)
+        run.cpu_only = (
+            facts.torch_version is not None and facts.torch_cuda is None and facts.torch_hip is None
+        )
+        if run.cpu_only:
+            run.cfg = dataclasses.replace(
+                run.cfg, ctx=dataclasses.replace(run.cfg.ctx, cpu_only=True)
+            )
+
     def _remedy_context(self, run: _Run, cur: _Current, failure: Failure) -> RemedyContext | None:
         """Facts the remedy ladder needs (env probe, log tail); only for remedy kinds, as
         the env probe starts the training interpreter (seconds)."""
@@ -958,6 +979,11 @@ class Supervisor:
                 env={k: [env.get(k), v] for k, v in r.env.items()},
                 config=r.config.as_dict(), flags=dict(r.flags), caveats=list(r.caveats),
                 new_phase=r.new_phase, applied=[x.name for x in run.ledger.remedies],
+            )  # fmt: skip
+        if decision.skipped:
+            events.emit(
+                "rungs_skipped", kind=failure.kind,
+                skipped=[{"rung": r, "reason": why} for r, why in decision.skipped],
             )  # fmt: skip
         new = run.ledger
         phased = new.phase != ledger.phase
