@@ -56,6 +56,9 @@ class Beat:
     capabilities: tuple[str, ...] = ()
     gpu_mem_bytes: int | None = None
     rss_bytes: int | None = None
+    #: The metric that turned NaN/inf and the first step it was seen at (the HF callback's).
+    nonfinite: str | None = None
+    nonfinite_step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +223,7 @@ class _FakeAttempt:
             attempt=self.number, rank=0, pid=self.pid, time_s=_WALL_0 + self.t0 + b.at_s,
             event="step", global_step=b.step, loss=b.loss,
             max_memory_reserved_bytes=b.gpu_mem_bytes, host_rss_bytes=b.rss_bytes,
-            capabilities=b.capabilities,
+            capabilities=b.capabilities, nonfinite=b.nonfinite, nonfinite_step=b.nonfinite_step,
         )  # fmt: skip
 
 
@@ -264,6 +267,8 @@ class FakeHost:
     #: pids passed to each GPU-release wait, in order.
     release_waits: list[list[int]] = field(default_factory=list, init=False)
     stop_requests: list[Path] = field(default_factory=list, init=False)
+    #: The command of every spawn, in order (argv and environment as built).
+    commands: list[Command] = field(default_factory=list, init=False)
     _ckpts: dict[Path, bool] = field(default_factory=dict, init=False)
     _timers: list[tuple[float, Callable[[], object]]] = field(default_factory=list, init=False)
     _orphans: dict[int, tuple[int, ...]] = field(default_factory=dict, init=False)
@@ -338,6 +343,7 @@ class FakeHost:
     ) -> Attempt:
         index = len(self.attempts)
         assert index < len(self.scripts), f"attempt {attempt} has no script"
+        self.commands.append(cmd)
         script = self.scripts[index]
         if script.spawn_error is not None:
             raise OSError(2, script.spawn_error)

@@ -616,8 +616,38 @@ class RungsSkipped(Event):
     skipped: list[dict[str, str]]
 
 
+class DivergenceDetected(Event):
+    """The loss or grad norm turned NaN/inf (``what``) at optimizer ``step`` (null: unknown),
+    seen in a heartbeat or an output line (``source``): the attempt is ended (``ended_by``
+    ``diverged``), or, when it had already exited (even with 0), it is not a success."""
+
+    step: int | None
+    what: str
+    source: str
+    ended_by: str
+    exit_code: int | None
+
+
+class DivergenceRolledBack(Event):
+    """``divergence.action: rollback``: the next attempt resumes from ``resume_step`` (the
+    newest checkpoint before ``diverged_at_step``; null: from the start), the checkpoints at
+    ``set_aside_steps`` were moved aside, and the batches of ``skip_steps`` ([first, last]
+    optimizer step) are skipped; ``skip_honoured`` says whether the training code announced
+    it honours that (``DSGUARD_SKIP_BATCHES``)."""
+
+    diverged_at_step: int
+    resume_step: int | None
+    set_aside_steps: list[int]
+    skip_steps: list[int] | None
+    skip_honoured: bool
+    rollback: int
+    reason: str
+
+
 EVENTS.update(
     {
+        "divergence_detected": DivergenceDetected,
+        "divergence_rolled_back": DivergenceRolledBack,
         "memory_limit_applied": MemoryLimitApplied,
         "sigkill_judged": SigkillJudged,
         "rungs_skipped": RungsSkipped,

@@ -46,9 +46,11 @@ from dsguard.job.knobs import (
 )
 from dsguard.job.model import (
     ALL_RUNGS,
+    DIVERGENCE_ACTIONS,
     LAUNCHER_NAMES,
     CheckpointSpec,
     DeepSpeedSpec,
+    DivergencePolicy,
     Job,
     Ladder,
     LauncherKind,
@@ -184,6 +186,12 @@ class _TopSection(Section):
     log_dir: str | None = spec(Str(), None)
 
 
+class DivergenceSection(Section):
+    action: str | None = spec(OneOf(DIVERGENCE_ACTIONS), None)
+    skip_batches: int | None = spec(Int(ge=0, le=1_000_000), None)
+    max_rollbacks: int | None = spec(Int(ge=1, le=100), None)
+
+
 _SECTIONS: dict[str, type[Section]] = {
     "train": TrainSection,
     "flags": FlagsSection,
@@ -192,10 +200,13 @@ _SECTIONS: dict[str, type[Section]] = {
     "ladder": LadderSection,
     "limits": LimitsSection,
     "resources": ResourcesSection,
+    "divergence": DivergenceSection,
 }
 #: Sections (and lists/maps) where an empty ``key:`` (YAML null) just means "not given":
 #: templates often keep the key with every entry commented out.
-_NULL_MEANS_ABSENT = frozenset({"args", "env", "flags", "ladder", "limits", "resources"})
+_NULL_MEANS_ABSENT = frozenset(
+    {"args", "env", "flags", "ladder", "limits", "resources", "divergence"}
+)
 #: Stand-ins for required fields that failed validation, so that the remaining checks still
 #: run; the field is remembered as bad and checks that read it are skipped.
 _FALLBACKS: dict[str, dict[str, Any]] = {
@@ -843,6 +854,7 @@ def load_job(path: Path, *, writable: bool = False) -> Job:
         ladder=section("ladder", LadderSection),
         limits=section("limits", LimitsSection),
         resources=section("resources", ResourcesSection),
+        divergence=section("divergence", DivergenceSection),
     )
     job = _build(ctx, base_dir, source, parsed, writable=writable)
     if job is None and not ctx.problems:  # every path to None records why; never raise empty
@@ -893,6 +905,7 @@ class _Sections:
     ladder: _Checked[LadderSection] | None
     limits: _Checked[LimitsSection] | None
     resources: _Checked[ResourcesSection] | None = None
+    divergence: _Checked[DivergenceSection] | None = None
 
 
 _SIZE_UNITS = {
@@ -935,6 +948,30 @@ def _build_resources(ctx: _Context, parsed: _Checked[ResourcesSection] | None) -
             )
             host = None
     return Resources(gpu_memory_fraction=rm.gpu_memory_fraction, host_memory_limit_bytes=host)
+
+
+def _build_divergence(
+    ctx: _Context,
+    parsed: _Checked[DivergenceSection] | None,
+    checkpoints: CheckpointSpec | None,
+) -> DivergencePolicy:
+    """A rollback needs checkpoints to roll back to, and a resume flag to pass one."""
+    if parsed is None or parsed.model is None:
+        return DivergencePolicy()
+    dm = parsed.model
+    default = DivergencePolicy()
+    policy = DivergencePolicy(
+        action=dm.action or default.action,
+        skip_batches=default.skip_batches if dm.skip_batches is None else dm.skip_batches,
+        max_rollbacks=dm.max_rollbacks or default.max_rollbacks,
+    )
+    if policy.action == "rollback" and (checkpoints is None or checkpoints.resume_flag is None):
+        ctx.add(
+            ("divergence", "action"),
+            "rollback resumes from a checkpoint before the divergence: it needs a checkpoints: "
+            "section with a resume flag (or write action: give_up)",
+        )
+    return policy
 
 
 def _build_locations(
@@ -1293,6 +1330,7 @@ def _build(
     ladder = _build_ladder(ctx, parsed.ladder)
     limits = _build_limits(ctx, parsed.limits, knobs)
     resources = _build_resources(ctx, parsed.resources)
+    divergence = _build_divergence(ctx, parsed.divergence, checkpoints)
     log_dir = _build_log_dir(ctx, top_c, base_dir, writable=writable)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
         return None
@@ -1319,4 +1357,5 @@ def _build(
         limits=limits,
         log_dir=log_dir,
         resources=resources,
+        divergence=divergence,
     )

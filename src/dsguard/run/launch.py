@@ -24,6 +24,7 @@ from dsguard.protocol import (
     INIT_FROM_ENV,
     LOG_DIR_ENV,
     RUN_ID_ENV,
+    SKIP_BATCHES_ENV,
 )
 
 __all__ = ["Command", "build_command", "knob_args"]
@@ -120,6 +121,7 @@ def build_command(
     supervisor_pid: int | None = None,
     remedies: Sequence[Remedy] = (),
     memory_cgroup: Path | None = None,
+    skip_batches: str | None = None,
 ) -> Command:
     """argv, environment and cwd of one attempt.
 
@@ -137,6 +139,7 @@ def build_command(
             patch goes into the rendered DeepSpeed config).
         memory_cgroup: the attempt's memory cgroup (``run/memlimit``): the shim joins it
             before exec; RLIMIT_AS is passed as well, the shim's fallback if joining fails.
+        skip_batches: ``DSGUARD_SKIP_BATCHES`` after a divergence rollback (``protocol``).
     """
     from dsguard.core.remedies import merged_env, remedy_args
 
@@ -177,6 +180,10 @@ def build_command(
         # PYTORCH_CUDA_ALLOC_CONF: an option the installed torch does not know aborts CUDA
         # initialisation for the whole job.
         env[GPU_MEMORY_FRACTION_ENV] = str(job.resources.gpu_memory_fraction)
+    if skip_batches:
+        env[SKIP_BATCHES_ENV] = skip_batches
+    else:
+        env.pop(SKIP_BATCHES_ENV, None)
     if init_from is not None:
         env[INIT_FROM_ENV] = str(init_from)
     else:

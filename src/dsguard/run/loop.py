@@ -34,6 +34,14 @@ from typing import Any, BinaryIO, TextIO, cast
 
 from dsguard import __version__
 from dsguard.core.classify import Evidence, Failure, FailureKind, StreamClassifier, decode_exit
+from dsguard.core.divergence import (
+    Divergence,
+    Rollback,
+    decide_divergence,
+    nonfinite,
+    nonfinite_text,
+    skip_window,
+)
 from dsguard.core.ladder import (
     REMEDY_KINDS,
     AttemptRecord,
@@ -46,6 +54,7 @@ from dsguard.core.ladder import (
 from dsguard.core.ledger import (
     Ledger,
     apply_relaunch,
+    apply_rollback,
     next_attempt,
     number_after,
     record_attempt,
@@ -67,7 +76,12 @@ from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_cod
 from dsguard.host.cgroup import MemoryCgroup
 from dsguard.host.gpu import ReleaseResult
 from dsguard.job.model import Job
-from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
+from dsguard.protocol import (
+    CAP_INIT_FROM,
+    CAP_SAVE_AND_STOP,
+    CAP_SKIP_BATCHES,
+    format_skip_batches,
+)
 from dsguard.run import checkpoints as ckpts
 from dsguard.run.events import EventLog
 from dsguard.run.heartbeat import capabilities
@@ -198,6 +212,8 @@ class _Current:
     rss_samples: list[int] = field(default_factory=list)
     silent_s: float = 0.0
     log_failure_noted: bool = False
+    #: The loss or grad norm turned NaN/inf (seen while running or after the exit).
+    divergence: Divergence | None = None
 
 
 @dataclass
@@ -474,6 +490,7 @@ class Supervisor:
             ds_config=ds_path, resume_from=cur.resume, output_dir=ledger.phase_output,
             init_from=ledger.phase_init_from, supervisor_pid=os.getpid(),
             remedies=ledger.remedies, memory_cgroup=None if cgroup is None else cgroup.dir,
+            skip_batches=format_skip_batches(ledger.skip_batches),
         )  # fmt: skip
         log_path = cur.log_path = self._logs.attempt_log(n)
         cur.oom_before = self.host.oom_kill_count(cgroup)
@@ -660,6 +677,9 @@ class Supervisor:
             reason = f"fatal output: {self._fatal.kind}"
         elif cur.ended_by == "hang":
             reason = f"no progress for {cur.silent_s:.0f} s"
+        elif cur.ended_by == "diverged":
+            assert cur.divergence is not None
+            reason = f"training diverged: {cur.divergence.what} turned NaN/inf"
         else:
             reason = f"stop requested by signal {self._stop_signal}"
         return _Next(RunState.ENDING, reason)
@@ -685,6 +705,9 @@ class Supervisor:
             if now - last_check >= _PROGRESS_CHECK_S:
                 last_check = now
                 self._check_log_dir(run)
+                cur.divergence = self._divergence_now(cur)
+                if cur.divergence is not None:
+                    return "diverged"
                 if self._is_hung(run.events, cur, handle):
                     return "hang"
             if now - last_rss >= _RSS_SAMPLE_S:
@@ -744,6 +767,8 @@ class Supervisor:
                 "hang_detected", silent_s=round(cur.silent_s, 1),
                 hang_timeout_s=limits.hang_timeout_s,
             )  # fmt: skip
+        elif cur.ended_by == "diverged":
+            pass  # it would train on NaN weights for hours: end it like a fatal line
         else:
             self.notifier.stopping()
             self._ask_to_save_and_stop(run.events, cur.handle)
@@ -791,6 +816,10 @@ class Supervisor:
         self._emit_finished(run, obs)
         if obs.ended_by == "stop":
             return self._stopped()
+        # A diverged attempt may have exited 0 on its own: it never succeeded.
+        div = cur.divergence or self._divergence_now(cur)
+        if div is not None:
+            return self._conclude_diverged(run, cur, obs, div)
         failure = verdict(obs)
         run.ledger = record_attempt(
             run.ledger,
@@ -826,6 +855,72 @@ class Supervisor:
         run.ended_pids = obs.pids
         run.last_kind = failure.kind
         return self._apply(run, cur, failure, decision)
+
+    def _divergence_now(self, cur: _Current) -> Divergence | None:
+        """The loss or grad norm turned NaN/inf: a heartbeat says so (with the first step), or
+        the output shows a NaN/inf divergence line (the step is then the last heartbeat's)."""
+        beats = self.host.heartbeats(self._logs.heartbeat_dir, cur.number)
+        marked = [hb for hb in beats if hb.nonfinite is not None or nonfinite(hb.loss)]
+        if marked:
+            hb = min(marked, key=lambda b: b.global_step if b.nonfinite_step is None
+                     else b.nonfinite_step)  # fmt: skip
+            step = hb.global_step if hb.nonfinite_step is None else hb.nonfinite_step
+            return Divergence(step, hb.nonfinite or "loss", "heartbeat")
+        for ev in cur.classifier.evidence:
+            if ev.kind is FailureKind.LOSS_DIVERGENCE and nonfinite_text(ev.text):
+                last = max((hb.global_step for hb in beats), default=None)
+                return Divergence(last, f"output line {ev.text[:200]!r}", "output")
+        return None
+
+    def _conclude_diverged(
+        self, run: _Run, cur: _Current, obs: Observation, div: Divergence
+    ) -> _Next:
+        """Give up naming the step, or roll back to the newest checkpoint before it (later
+        ones, holding diverged weights, set aside), skipping the batches around it."""
+        events = run.events
+        run.ledger = record_attempt(
+            run.ledger,
+            AttemptRecord(obs.attempt, FailureKind.LOSS_DIVERGENCE, obs.duration_s, False),
+        )
+        events.emit(
+            "divergence_detected", step=div.step, what=div.what, source=div.source,
+            ended_by=obs.ended_by, exit_code=obs.exit_code,
+        )  # fmt: skip
+        decision = decide_divergence(div, self.job.divergence, run.ledger.rollbacks)
+        max_attempts = self.job.limits.max_attempts
+        if isinstance(decision, Rollback) and len(run.ledger.history) >= max_attempts:
+            return _Next(RunState.GAVE_UP, f"max_attempts ({max_attempts}) reached; "
+                         f"last failure: {FailureKind.LOSS_DIVERGENCE}",
+                         kind=FailureKind.LOSS_DIVERGENCE)  # fmt: skip
+        if not isinstance(decision, Rollback):
+            return _Next(RunState.GAVE_UP, decision.reason, kind=FailureKind.LOSS_DIVERGENCE)
+        set_aside: list[int] = []
+        resume: int | None = None
+        ckpt_dir = run.ledger.ckpt_dir
+        while ckpt_dir is not None:
+            chosen = self.host.select_checkpoint(ckpt_dir, self.job.world_size).chosen
+            if chosen is None or chosen.step < decision.before_step:
+                resume = None if chosen is None else chosen.step
+                break
+            set_aside.append(chosen.step)
+            why = f"saved at or after step {decision.before_step}, where training diverged"
+            self._quarantine(events, chosen.path, ckpt_dir, chosen.step, [why])
+        window = skip_window(decision.before_step, resume, self.job.divergence.skip_batches)
+        run.ledger = apply_rollback(run.ledger, window)
+        events.emit(
+            "divergence_rolled_back", diverged_at_step=decision.before_step,
+            resume_step=resume, set_aside_steps=set_aside,
+            skip_steps=None if window is None else list(window),
+            skip_honoured=CAP_SKIP_BATCHES in run.ledger.caps, rollback=run.ledger.rollbacks,
+            reason=decision.reason,
+        )  # fmt: skip
+        run.ended_pids = obs.pids
+        run.last_kind = FailureKind.LOSS_DIVERGENCE
+        run.delay_s = 0.0
+        return _Next(
+            RunState.BACKOFF, decision.reason,
+            {"ledger": run.ledger.as_dict(), "knobs": run.ledger.knobs.as_dict()},
+        )  # fmt: skip
 
     def _observe(self, run: _Run, cur: _Current) -> Observation:
         """End what the launcher left behind, drain the output, read heartbeats, OOM
@@ -899,8 +994,10 @@ class Supervisor:
         launcher itself exited with a plain error. (None, False) when nothing was killed."""
         texts = [ev.text for ev in cur.classifier.evidence]
         rank_killed = rank_killed_in(texts)
-        killed = decode_exit(exit_code).killed or rank_killed or any(
-            ev.kind is FailureKind.KILLED_EXTERNALLY for ev in cur.classifier.evidence
+        killed = (
+            decode_exit(exit_code).killed
+            or rank_killed
+            or any(ev.kind is FailureKind.KILLED_EXTERNALLY for ev in cur.classifier.evidence)
         )
         if not killed:
             return None, False

@@ -21,8 +21,9 @@ from dsguard.core.sigkill import KillJudgement, KillOutcome
 from dsguard.protocol import CAP_ZERO_TRANSPLANT
 
 #: Why the supervise phase stopped waiting: the launcher exited on its own, a fatal output
-#: line, a stop request to dsguard, or no progress for ``hang_timeout_s``.
-EndedBy = Literal["exit", "fatal", "stop", "hang"]
+#: line, a stop request to dsguard, no progress for ``hang_timeout_s``, or the loss or grad
+#: norm turned NaN/inf (``core/divergence``).
+EndedBy = Literal["exit", "fatal", "stop", "hang", "diverged"]
 
 
 @dataclass(frozen=True, slots=True)
