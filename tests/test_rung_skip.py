@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dsguard.core.classify import FailureKind
+from dsguard.core.envfacts import EnvFacts
 from dsguard.core.ladder import Relaunch, decide
 from dsguard.core.rungs import RUNGS, inert_reason
 from dsguard.job.knobs import Knobs
@@ -70,5 +71,23 @@ def test_loop_logs_the_skipped_rungs(tmp_path: Path) -> None:
         check_skipped_event,
         job={"train": {"micro_batch_size": 8, "gradient_accumulation_steps": 1,
                        "dataloader_workers": 0, "pin_memory": False}},
+    )  # fmt: skip
+    sc.check(run_scenario(tmp_path, sc))
+
+
+def check_cpu_only_skip(o: Outcome) -> None:
+    assert o.code == 0
+    (skipped,) = o.named("rungs_skipped")
+    assert {"rung": "pin_memory", "reason": "a CPU-only run pins no memory"} in skipped["skipped"]
+    assert o.named("policy_applied")[0]["rung"] == "micro_batch"
+
+
+def test_loop_skips_pin_memory_on_a_cpu_only_torch(tmp_path: Path) -> None:
+    sc = Scenario(
+        "cpu", [Script(exit_code=-9, exit_at_s=3.0, oom_kills=1), ok_attempt()],
+        check_cpu_only_skip,
+        job={"train": {"micro_batch_size": 8, "gradient_accumulation_steps": 1,
+                       "dataloader_workers": 0, "pin_memory": True}},
+        host={"torch_facts": EnvFacts(python="python", torch_version="2.13.0+cpu")},
     )  # fmt: skip
     sc.check(run_scenario(tmp_path, sc))

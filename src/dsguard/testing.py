@@ -241,6 +241,7 @@ class FakeHost:
         quarantine_s: how long setting one checkpoint aside takes (a big dir on a slow disk);
             scripted stop requests can arrive in between.
         oom_counter_readable: False: the OOM-kill counter cannot be read (None).
+        torch_facts: what the environment probe answers (default: nothing known).
         limit_how: how ``resources.host_memory_limit`` is enforced on this fake machine.
     """
 
@@ -252,6 +253,7 @@ class FakeHost:
     quarantine_s: float = 0.0
     oom_counter_readable: bool = True
     limit_how: LimitHow = "cgroup_v1"
+    torch_facts: EnvFacts | None = None
 
     t: float = field(default=0.0, init=False)
     oom_kills: int = field(default=0, init=False)
@@ -445,7 +447,7 @@ class FakeHost:
     def env_facts(
         self, python: str, env: Mapping[str, str], gpus: Sequence[int] | None
     ) -> EnvFacts:
-        return EnvFacts(python=python)
+        return self.torch_facts or EnvFacts(python=python)
 
     def remove_stale_build_locks(self, ext_dir: str) -> list[Path]:
         return []

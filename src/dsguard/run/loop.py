@@ -1027,6 +1027,8 @@ class Supervisor:
         training interpreter); unknown (no torch found) counts as not CPU-only."""
         if run.cpu_only is not None:
             return
+        if not run.ledger.knobs.pin_memory or "pin_memory" not in self.job.ladder.host_oom:
+            return  # the answer could change nothing: spare the probe (seconds)
         env = {} if cur.cmd is None else cur.cmd.env
         facts = self.host.env_facts(self.job.python, env, self.job.gpus)
         run.cpu_only = (
