@@ -132,3 +132,14 @@ def test_shim_falls_back_to_rlimit_as_when_it_cannot_join(tmp_path: Path) -> Non
     )  # fmt: skip
     assert int(done.stdout) == limit
     assert "falling back to RLIMIT_AS" in done.stderr
+
+
+def test_a_cgroup_left_by_a_dead_supervisor_is_removed_by_name() -> None:
+    _real_cgroup_or_skip()
+    from dsguard.run.memlimit import remove_left_cgroups
+
+    ml = create_memory_limit("deadrun", 7, 64 * MiB)
+    assert ml.cgroup is not None and ml.cgroup.dir.is_dir()
+    assert remove_left_cgroups("deadrun", 7) == [ml.cgroup.dir]
+    assert not ml.cgroup.dir.exists()
+    assert remove_left_cgroups("deadrun", 7) == []

@@ -412,6 +412,9 @@ class FakeHost:
         self.memory_limits_removed.append(limit)
         return True
 
+    def remove_left_cgroups(self, run_id: str, attempt: int) -> list[Path]:
+        return []
+
     def memory_pressure(self, cgroup: MemoryCgroup | None) -> float | None:
         return self.psi
 

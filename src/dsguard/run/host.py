@@ -44,7 +44,12 @@ from dsguard.protocol import Heartbeat
 from dsguard.run import checkpoints as ckpts
 from dsguard.run.heartbeat import read_heartbeats
 from dsguard.run.launch import Command
-from dsguard.run.memlimit import MemoryLimit, create_memory_limit, remove_memory_limit
+from dsguard.run.memlimit import (
+    MemoryLimit,
+    create_memory_limit,
+    remove_left_cgroups,
+    remove_memory_limit,
+)
 from dsguard.run.proc import AttemptRef, Child, EndReport, attempt_processes, end_attempt
 from dsguard.run.proc import spawn as spawn_child
 from dsguard.run.resume import StatePatch, patch_train_batch_size
@@ -150,6 +155,11 @@ class Host(Protocol):
 
     def remove_memory_limit(self, limit: MemoryLimit) -> bool:
         """Remove the attempt's cgroup after its processes are gone; False if it stays."""
+        ...
+
+    def remove_left_cgroups(self, run_id: str, attempt: int) -> list[Path]:
+        """Remove the memory cgroup of an attempt a dead dsguard left (after its processes
+        were ended); the paths removed."""
         ...
 
     def memory_pressure(self, cgroup: MemoryCgroup | None) -> float | None:
@@ -324,6 +334,9 @@ class RealHost:
 
     def remove_memory_limit(self, limit: MemoryLimit) -> bool:
         return remove_memory_limit(limit)
+
+    def remove_left_cgroups(self, run_id: str, attempt: int) -> list[Path]:
+        return remove_left_cgroups(run_id, attempt)
 
     def memory_pressure(self, cgroup: MemoryCgroup | None) -> float | None:
         v2_dir = cgroup.dir if cgroup is not None and cgroup.version == 2 else None

@@ -1235,6 +1235,8 @@ class Supervisor:
             leftover = self.host.processes(ref)
             if leftover:
                 report = self.host.end(ref, self.job.limits.fatal_grace_s, None)
+            # Its memory cgroup (if it had one) outlived the dead dsguard: empty now.
+            self.host.remove_left_cgroups(current.run_id, current.attempt)
         events.emit(
             "run_recovered", previous_run_id=prev.run_id,
             previous_state=prev_state.value, previous_pid=prev.pid,

@@ -35,7 +35,14 @@ from typing import Literal
 
 from dsguard.host.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP, MemoryCgroup, memory_cgroups
 
-__all__ = ["LimitHow", "MemoryLimit", "create_memory_limit", "remove_memory_limit"]
+__all__ = [
+    "LimitHow",
+    "MemoryLimit",
+    "attempt_cgroup_name",
+    "create_memory_limit",
+    "remove_left_cgroups",
+    "remove_memory_limit",
+]
 
 LimitHow = Literal["cgroup_v1", "cgroup_v2", "rlimit_as"]
 
@@ -102,7 +109,7 @@ def create_memory_limit(
     root: Path = CGROUP_ROOT,
 ) -> MemoryLimit:
     """A fresh memory cgroup for the attempt under dsguard's own, or RLIMIT_AS with the reason."""
-    name = f"dsguard-{run_id}-attempt-{attempt}"
+    name = attempt_cgroup_name(run_id, attempt)
     errors: list[str] = []
     groups = memory_cgroups(proc_cgroup, root)
     # v1 first: on a hybrid host the unified hierarchy has no memory controller.
@@ -117,6 +124,30 @@ def create_memory_limit(
             errors.append(f"cgroup v{cg.version} {cg.dir}: {exc.strerror or exc}")
     reason = "; ".join(errors) if errors else "no memory cgroup found in /proc/self/cgroup"
     return MemoryLimit("rlimit_as", limit_bytes, None, reason)
+
+
+def attempt_cgroup_name(run_id: str, attempt: int) -> str:
+    return f"dsguard-{run_id}-attempt-{attempt}"
+
+
+def remove_left_cgroups(
+    run_id: str,
+    attempt: int,
+    *,
+    proc_cgroup: Path = PROC_SELF_CGROUP,
+    root: Path = CGROUP_ROOT,
+) -> list[Path]:
+    """Remove the cgroup of an attempt a dead dsguard left behind (once its processes were
+    ended): found by name under this dsguard's memory cgroups. The paths removed."""
+    removed: list[Path] = []
+    for cg in memory_cgroups(proc_cgroup, root):
+        path = cg.dir / attempt_cgroup_name(run_id, attempt)
+        how: LimitHow = "cgroup_v1" if cg.version == 1 else "cgroup_v2"
+        if path.is_dir() and remove_memory_limit(
+            MemoryLimit(how, 0, MemoryCgroup(cg.version, path))
+        ):
+            removed.append(path)
+    return removed
 
 
 def _rmdir(path: Path) -> bool:
