@@ -166,6 +166,13 @@ def check_rlimit_fallback(o: Outcome) -> None:
     assert applied["how"] == "rlimit_as" and applied["cgroup"] is None and applied["reason"]
 
 
+def check_rlimit_chosen(o: Outcome) -> None:
+    (applied,) = o.named("memory_limit_applied")
+    assert applied["how"] == "rlimit_as" and "host_memory_via" in applied["reason"]
+    assert not o.host.memory_limits  # no cgroup was made
+    assert "--as-bytes" in o.host.commands[0].argv and "--cgroup" not in o.host.commands[0].argv
+
+
 def killed(**kw: Any) -> Script:
     """An attempt that dies of SIGKILL on its own, 3 s in."""
     return Script(exit_code=-9, exit_at_s=3.0, **kw)
@@ -197,6 +204,8 @@ SCENARIOS = [
              job={"limits": {"hang_timeout_s": 30}}),
     Scenario("rlimit_as_where_no_cgroup", [ok_attempt()], check_rlimit_fallback,
              job=LIMITED, host={"limit_how": "rlimit_as"}),
+    Scenario("rlimit_as_when_the_job_asks", [ok_attempt()], check_rlimit_chosen,
+             job={"resources": {"host_memory_limit": "2GiB", "host_memory_via": "rlimit_as"}}),
 ]  # fmt: skip
 
 

@@ -168,6 +168,7 @@ class ResourcesSection(Section):
     gpu_memory_fraction: float | None = spec(Float(gt=0, le=1), None)
     #: Bytes, or a size such as "6GiB", "800MiB", "1.5G".
     host_memory_limit: int | str | None = spec(IntOrStr(), None)
+    host_memory_via: str | None = spec(OneOf(("auto", "rlimit_as")), None)
 
 
 class _TopSection(Section):
@@ -947,7 +948,11 @@ def _build_resources(ctx: _Context, parsed: _Checked[ResourcesSection] | None) -
                 f"(valid range: 1 <= bytes <= {MAX_HOST_MEMORY_BYTES}, i.e. 64 PiB)",
             )
             host = None
-    return Resources(gpu_memory_fraction=rm.gpu_memory_fraction, host_memory_limit_bytes=host)
+    return Resources(
+        gpu_memory_fraction=rm.gpu_memory_fraction,
+        host_memory_limit_bytes=host,
+        host_memory_via=rm.host_memory_via or "auto",
+    )
 
 
 def _build_divergence(

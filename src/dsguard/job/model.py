@@ -126,6 +126,9 @@ class Resources:
 
     gpu_memory_fraction: float | None = None
     host_memory_limit_bytes: int | None = None
+    #: "auto": a memory cgroup where dsguard can make one, else RLIMIT_AS; "rlimit_as":
+    #: always RLIMIT_AS (an address-space budget, e.g. to compare with runs limited so).
+    host_memory_via: str = "auto"
 
 
 # -- issue 12: what to do when the loss or grad norm turns NaN/inf -----------------------------

@@ -537,7 +537,11 @@ class Supervisor:
             return None
         if self._stop_signal is not None:
             return None  # no launch follows; nothing to create
-        ml = cur.memlimit = self.host.create_memory_limit(run.run_id, cur.number, limit_bytes)
+        if self.job.resources.host_memory_via == "rlimit_as":
+            reason = "resources.host_memory_via is rlimit_as"
+            ml = cur.memlimit = MemoryLimit("rlimit_as", limit_bytes, None, reason)
+        else:
+            ml = cur.memlimit = self.host.create_memory_limit(run.run_id, cur.number, limit_bytes)
         run.events.emit(
             "memory_limit_applied", how=ml.how, limit_bytes=ml.limit_bytes,
             cgroup=None if ml.cgroup is None else ml.cgroup.dir, reason=ml.reason,
