@@ -145,6 +145,10 @@ def check_output_line(o: Outcome) -> None:
     assert det["source"] == "output" and det["step"] == 4
 
 
+def check_one_mention(o: Outcome) -> None:
+    assert o.code == 0 and not o.named("divergence_detected") and o.named("run_succeeded")
+
+
 CKPT = {"checkpoints": {"dir": "out", "resume_flag": "--resume_from_checkpoint"}}
 ANOMALY = "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output."
 SCENARIOS = [
@@ -160,8 +164,12 @@ SCENARIOS = [
              check_diverged_again,
              job={**CKPT, "divergence": {"action": "rollback", "max_rollbacks": 1}}),
     Scenario("output_line_divergence",
-             [Script(heartbeats=(Beat(1.0, 4),), lines=((2.0, ANOMALY),), exit_at_s=3600.0)],
+             [Script(heartbeats=(Beat(1.0, 4),), lines=((2.0, ANOMALY), (2.5, ANOMALY)),
+                     exit_at_s=3600.0)],
              check_output_line),
+    Scenario("one_mention_is_not_a_divergence",
+             [Script(lines=((1.0, ANOMALY), (2.0, "step 2")), exit_at_s=3.0)],
+             check_one_mention),
 ]  # fmt: skip
 
 

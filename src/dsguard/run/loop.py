@@ -862,7 +862,7 @@ class Supervisor:
 
     def _divergence_now(self, cur: _Current) -> Divergence | None:
         """The loss or grad norm turned NaN/inf: a heartbeat says so (with the first step), or
-        the output shows a NaN/inf divergence line (the step is then the last heartbeat's)."""
+        the output shows NaN/inf divergence lines (the step is then the last heartbeat's)."""
         beats = self.host.heartbeats(self._logs.heartbeat_dir, cur.number)
         marked = [hb for hb in beats if hb.nonfinite is not None or nonfinite(hb.loss)]
         if marked:
@@ -870,10 +870,15 @@ class Supervisor:
                      else b.nonfinite_step)  # fmt: skip
             step = hb.global_step if hb.nonfinite_step is None else hb.nonfinite_step
             return Divergence(step, hb.nonfinite or "loss", "heartbeat")
-        for ev in cur.classifier.evidence:
-            if ev.kind is FailureKind.LOSS_DIVERGENCE and nonfinite_text(ev.text):
-                last = max((hb.global_step for hb in beats), default=None)
-                return Divergence(last, f"output line {ev.text[:200]!r}", "output")
+        lines = [
+            ev for ev in cur.classifier.evidence
+            if ev.kind is FailureKind.LOSS_DIVERGENCE and nonfinite_text(ev.text)
+        ]  # fmt: skip
+        # One line that is not the exception itself may be a mention (a tip, an echo of an
+        # old log): a diverged run repeats its NaN at every logging step.
+        if lines and (len(lines) >= 2 or lines[0].fatal):
+            last = max((hb.global_step for hb in beats), default=None)
+            return Divergence(last, f"output line {lines[0].text[:200]!r}", "output")
         return None
 
     def _conclude_diverged(
