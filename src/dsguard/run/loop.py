@@ -1017,7 +1017,9 @@ class Supervisor:
         limit = cur.memlimit.limit_bytes if cgroup is not None and cur.memlimit else None
         tail = [] if cur.log_path is None else _tail_lines(cur.log_path, 200)
         sender = kill_sender_in(tail)
-        if cur.report is not None and cur.report.killed_pids:
+        if cur.ended_by != "exit" and cur.report is not None and cur.report.killed_pids:
+            # Only when dsguard ended the attempt: after a launcher exited on its own, the
+            # leftovers dsguard killed are not what killed the launcher's rank.
             sender = "dsguard (it ended the attempt and SIGKILLed what outlived the grace)"
         evidence = KillEvidence(
             oom_kill_delta=delta,
