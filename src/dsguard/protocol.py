@@ -64,7 +64,8 @@ HEARTBEAT_SCHEMA_VERSION: Final = 1
 class Heartbeat(msgspec.Struct, frozen=True):
     """One rank's latest progress report.
 
-    ``event`` is what triggered the write: train_begin, step, save, stop_requested, train_end.
+    ``event`` is what triggered the write: train_begin, step, save, stop_requested, train_end,
+    diverged (the first NaN/inf loss or grad norm, see ``nonfinite``).
     Memory figures are the torch caching allocator's for CUDA (None on CPU), host RSS always.
 
     Unknown keys are ignored, not refused: the training environment may have a newer dsguard
