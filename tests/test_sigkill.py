@@ -212,3 +212,18 @@ SCENARIOS = [
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_loop_on_each_outcome(tmp_path: Path, sc: Scenario) -> None:
     sc.check(run_scenario(tmp_path, sc))
+
+
+def test_psi_is_read_from_the_cgroup_then_the_machine(tmp_path: Path) -> None:
+    from dsguard.host.memory import psi_memory_full_avg10
+
+    (tmp_path / "memory.pressure").write_text(
+        "some avg10=40.00 avg60=10.00 avg300=2.00 total=123\n"
+        "full avg10=31.50 avg60=8.00 avg300=1.00 total=99\n"
+    )
+    assert psi_memory_full_avg10(tmp_path) == 31.5
+    machine = psi_memory_full_avg10(tmp_path / "no-such-cgroup")
+    if Path("/proc/pressure/memory").exists():
+        assert machine is not None and machine >= 0.0
+    else:
+        assert machine is None
