@@ -33,7 +33,9 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/dsguard run configs/examples/tiny-cpu.yaml --quiet; \
 	code=$$?; echo; echo "== summary (runs/tiny-cpu/events.jsonl) =="; \
 	$(VENV)/bin/dsguard events runs/tiny-cpu \
-	  --event attempt_started --event failure_detected --event policy_applied \
+	  --event memory_limit_applied --event attempt_started --event attempt_finished \
+	  --event sigkill_judged --event failure_detected --event rungs_skipped \
+	  --event policy_applied \
 	  --event run_succeeded --event run_gave_up; \
 	$(VENV)/bin/dsguard report runs/tiny-cpu; exit $$code
 

@@ -316,7 +316,8 @@ def write_p5_job(sc: Scenario, steps: int, budget: int, work: Path) -> Path:
         },
         "deepspeed": {"config": str(DS_CONFIG)},
         "checkpoints": {"dir": str(out)},
-        "resources": {"host_memory_limit": f"{budget // MIB}MiB"},
+        # The sweep and HF runs are limited by RLIMIT_AS (the exec shim): dsguard's runs too.
+        "resources": {"host_memory_limit": f"{budget // MIB}MiB", "host_memory_via": "rlimit_as"},
         "limits": {"min_max_length": 256},
         "log_dir": str(work / "runs"),
     }

@@ -91,6 +91,7 @@ LEDGER_DICT = {
     "history": [REC_DICT, REC_OK_DICT], "phase": 2, "phase_output": "/out/phase-2",
     "phase_init_from": None, "caps": ["a_cap", "b_cap", "m_cap", "save_and_stop"],
     "attempt": 3, "remedies": [REMEDY_DICT], "numbered_after": 1,
+    "skip_batches": [], "rollbacks": 0,
 }  # fmt: skip
 MIN_LEDGER = Ledger(knobs=Knobs(micro_batch_size=1), ckpt_dir=None)
 MIN_LEDGER_DICT: dict[str, Any] = {
@@ -99,6 +100,7 @@ MIN_LEDGER_DICT: dict[str, Any] = {
     },
     "ckpt_dir": None, "positions": {}, "history": [], "phase": 1, "phase_output": None,
     "phase_init_from": None, "caps": [], "attempt": 0, "remedies": [], "numbered_after": 0,
+    "skip_batches": [], "rollbacks": 0,
 }  # fmt: skip
 REF = AttemptRef(run_id="r1", attempt=4, sid=1234, started_epoch_s=1700000000.5)
 REF_DICT = {
@@ -190,7 +192,7 @@ def test_ledger_json_text_is_unchanged() -> None:
         '"reason": "why", "env": {"CUDA_HOME": "/usr/local/cuda"}, "config": {"set": '
         '{"bf16.enabled": false, "zero_optimization.stage": 2}, "drop": ["optimizer"]}, '
         '"flags": {"--fp16": "false"}, "flags_anchor": "--bf16", "caveats": ["c1"], '
-        '"new_phase": true}], "numbered_after": 1}'
+        '"new_phase": true}], "numbered_after": 1, "skip_batches": [], "rollbacks": 0}'
     )
 
 

@@ -651,7 +651,9 @@ def job_spec(
         spec["ladder"]["oom"] = []
     resources: dict[str, Any] = {}
     if dry and sc.host_limit:
+        # The dry run's limits were tuned as address-space (RLIMIT_AS) budgets.
         resources["host_memory_limit"] = sc.host_limit
+        resources["host_memory_via"] = "rlimit_as"
     if not dry and sc.cap_gib:
         resources["gpu_memory_fraction"] = cap_fraction(sc.cap_gib, gpu_total_bytes)
     if resources:

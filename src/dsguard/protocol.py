@@ -10,6 +10,7 @@ rename) so readers never see half a document.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -71,7 +72,8 @@ HEARTBEAT_SCHEMA_VERSION: Final = 1
 class Heartbeat(msgspec.Struct, frozen=True):
     """One rank's latest progress report.
 
-    ``event`` is what triggered the write: train_begin, step, save, stop_requested, train_end.
+    ``event`` is what triggered the write: train_begin, step, save, stop_requested, train_end,
+    diverged (the first NaN/inf loss or grad norm, see ``nonfinite``).
     Memory figures are the torch caching allocator's for CUDA (None on CPU), host RSS always.
 
     Unknown keys are ignored, not refused: the training environment may have a newer dsguard
@@ -96,6 +98,10 @@ class Heartbeat(msgspec.Struct, frozen=True):
     last_checkpoint: str | None = None
     capabilities: tuple[str, ...] = ()
     schema_version: int = HEARTBEAT_SCHEMA_VERSION
+    #: The metric that turned NaN/inf ("loss", "grad_norm") and the first optimizer step it
+    #: was seen at; JSON has no NaN, so ``loss`` alone cannot say it (msgspec writes null).
+    nonfinite: str | None = None
+    nonfinite_step: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON document (what :func:`encode_heartbeat` writes), as builtins."""
@@ -131,3 +137,30 @@ def decode_heartbeat(data: bytes | str) -> Heartbeat:
         msgspec.DecodeError: not JSON, or a missing or mistyped field (a ValueError).
     """
     return msgspec.json.decode(data, type=Heartbeat)
+
+
+# -- issue 12: skipping batches after a divergence rollback -------------------------------------
+#: Optimizer steps whose data batches the training code must skip (not train on), as
+#: ``"start:end[,start:end]"`` (1-based, inclusive): set on the attempts after a divergence
+#: rollback. Honoured by code that announces :data:`CAP_SKIP_BATCHES` (the reference trainer);
+#: other code trains on them again.
+SKIP_BATCHES_ENV = "DSGUARD_SKIP_BATCHES"
+CAP_SKIP_BATCHES = "skip_batches"
+
+
+def format_skip_batches(ranges: Sequence[tuple[int, int]]) -> str:
+    return ",".join(f"{a}:{b}" for a, b in ranges)
+
+
+def parse_skip_batches(value: str) -> tuple[tuple[int, int], ...]:
+    """``"10:19,40:45"`` -> ((10, 19), (40, 45)); a malformed part is ignored (never fatal)."""
+    out: list[tuple[int, int]] = []
+    for part in value.split(","):
+        a, sep, b = part.strip().partition(":")
+        if sep and a.strip().isdigit() and b.strip().isdigit() and int(a) <= int(b):
+            out.append((int(a), int(b)))
+    return tuple(out)
+
+
+def skipped(step: int, ranges: Sequence[tuple[int, int]]) -> bool:
+    return any(a <= step <= b for a, b in ranges)

@@ -21,11 +21,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from dsguard.core.classify import Evidence, StreamClassifier
 from dsguard.core.envfacts import EnvFacts
 from dsguard.core.events import LogWriteFailed
+from dsguard.host.cgroup import MemoryCgroup
 from dsguard.host.gpu import Holder, ReleaseResult, ReleaseStatus
 from dsguard.job.model import CheckpointLayout
 from dsguard.protocol import Heartbeat
@@ -33,6 +34,7 @@ from dsguard.run.checkpoints import CheckpointVerdict, Selection, checkpoint_ste
 from dsguard.run.host import Attempt
 from dsguard.run.launch import Command
 from dsguard.run.layouts import LatestChange
+from dsguard.run.memlimit import LimitHow, MemoryLimit
 from dsguard.run.proc import AttemptRef, EndReport
 from dsguard.run.resume import StatePatch
 
@@ -56,6 +58,9 @@ class Beat:
     capabilities: tuple[str, ...] = ()
     gpu_mem_bytes: int | None = None
     rss_bytes: int | None = None
+    #: The metric that turned NaN/inf and the first step it was seen at (the HF callback's).
+    nonfinite: str | None = None
+    nonfinite_step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,8 @@ class Script:
         gpu_busy_until_s: its GPUs compute until then, idle after; None: unknown.
         spawn_error: the attempt cannot be started (an OSError with this message).
         save_on_stop_s: it honours a save-and-stop request by exiting 0 this long after it.
+        psi_full_avg10: the memory pressure (PSI full avg10, percent) read after it ended.
+        oom_daemon_lines: what systemd-oomd / earlyoom logged while it ran.
     """
 
     lines: tuple[tuple[float, str], ...] = ()
@@ -94,6 +101,8 @@ class Script:
     gpu_busy_until_s: float | None = None
     spawn_error: str | None = None
     save_on_stop_s: float | None = None
+    psi_full_avg10: float | None = None
+    oom_daemon_lines: tuple[str, ...] = ()
 
 
 @dataclass
@@ -196,6 +205,8 @@ class _FakeAttempt:
         self.exit_code = code
         self.exited_at = at
         self.host.oom_kills += self.script.oom_kills
+        self.host.psi = self.script.psi_full_avg10
+        self.host.journal += self.script.oom_daemon_lines
         if self.script.kernel_oom:
             self.host.kernel_oom_pids.add(self.pid)
 
@@ -214,7 +225,7 @@ class _FakeAttempt:
             attempt=self.number, rank=0, pid=self.pid, time_s=_WALL_0 + self.t0 + b.at_s,
             event="step", global_step=b.step, loss=b.loss,
             max_memory_reserved_bytes=b.gpu_mem_bytes, host_rss_bytes=b.rss_bytes,
-            capabilities=b.capabilities,
+            capabilities=b.capabilities, nonfinite=b.nonfinite, nonfinite_step=b.nonfinite_step,
         )  # fmt: skip
 
 
@@ -231,6 +242,9 @@ class FakeHost:
         leftovers: attempt number -> pids still alive from a dead dsguard's attempt.
         quarantine_s: how long setting one checkpoint aside takes (a big dir on a slow disk);
             scripted stop requests can arrive in between.
+        oom_counter_readable: False: the OOM-kill counter cannot be read (None).
+        torch_facts: what the environment probe answers (default: nothing known).
+        limit_how: how ``resources.host_memory_limit`` is enforced on this fake machine.
     """
 
     scripts: Sequence[Script]
@@ -241,16 +255,26 @@ class FakeHost:
     quarantine_s: float = 0.0
     #: What :meth:`observed_world_size` reports for every attempt (None: unknown).
     world_seen: tuple[int, str] | None = None
+    oom_counter_readable: bool = True
+    limit_how: LimitHow = "cgroup_v1"
+    torch_facts: EnvFacts | None = None
 
     t: float = field(default=0.0, init=False)
     oom_kills: int = field(default=0, init=False)
     kernel_oom_pids: set[int] = field(default_factory=set, init=False)
+    psi: float | None = field(default=None, init=False)
+    journal: tuple[str, ...] = field(default=(), init=False)
+    #: Every attempt memory limit created, and those removed again, in order.
+    memory_limits: list[MemoryLimit] = field(default_factory=list, init=False)
+    memory_limits_removed: list[MemoryLimit] = field(default_factory=list, init=False)
     attempts: list[_FakeAttempt] = field(default_factory=list, init=False)
     #: Every checkpoint path set aside, in order.
     quarantined: list[Path] = field(default_factory=list, init=False)
     #: pids passed to each GPU-release wait, in order.
     release_waits: list[list[int]] = field(default_factory=list, init=False)
     stop_requests: list[Path] = field(default_factory=list, init=False)
+    #: The command of every spawn, in order (argv and environment as built).
+    commands: list[Command] = field(default_factory=list, init=False)
     _ckpts: dict[Path, bool] = field(default_factory=dict, init=False)
     _timers: list[tuple[float, Callable[[], object]]] = field(default_factory=list, init=False)
     _orphans: dict[int, tuple[int, ...]] = field(default_factory=dict, init=False)
@@ -325,6 +349,7 @@ class FakeHost:
     ) -> Attempt:
         index = len(self.attempts)
         assert index < len(self.scripts), f"attempt {attempt} has no script"
+        self.commands.append(cmd)
         script = self.scripts[index]
         if script.spawn_error is not None:
             raise OSError(2, script.spawn_error)
@@ -374,8 +399,31 @@ class FakeHost:
         a = self._live()
         return None if a is None or a.pid != pid else a.script.rss_bytes
 
-    def oom_kill_count(self) -> int | None:
-        return self.oom_kills
+    def oom_kill_count(self, cgroup: MemoryCgroup | None = None) -> int | None:
+        return self.oom_kills if self.oom_counter_readable else None
+
+    def create_memory_limit(self, run_id: str, attempt: int, limit_bytes: int) -> MemoryLimit:
+        if self.limit_how == "rlimit_as":
+            ml = MemoryLimit("rlimit_as", limit_bytes, None, "FakeHost: no memory cgroup")
+        else:
+            version: Literal[1, 2] = 1 if self.limit_how == "cgroup_v1" else 2
+            where = Path(f"/fake/cgroup/dsguard-{run_id}-attempt-{attempt}")
+            ml = MemoryLimit(self.limit_how, limit_bytes, MemoryCgroup(version, where))
+        self.memory_limits.append(ml)
+        return ml
+
+    def remove_memory_limit(self, limit: MemoryLimit) -> bool:
+        self.memory_limits_removed.append(limit)
+        return True
+
+    def remove_left_cgroups(self, run_id: str, attempt: int) -> list[Path]:
+        return []
+
+    def memory_pressure(self, cgroup: MemoryCgroup | None) -> float | None:
+        return self.psi
+
+    def oom_daemon_lines(self, since_wall_s: float) -> list[str]:
+        return list(self.journal)
 
     def kernel_oom_killed_pids(self) -> set[int]:
         return set(self.kernel_oom_pids)
@@ -406,7 +454,7 @@ class FakeHost:
     def env_facts(
         self, python: str, env: Mapping[str, str], gpus: Sequence[int] | None
     ) -> EnvFacts:
-        return EnvFacts(python=python)
+        return self.torch_facts or EnvFacts(python=python)
 
     def remove_stale_build_locks(self, ext_dir: str) -> list[Path]:
         return []

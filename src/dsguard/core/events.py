@@ -343,7 +343,9 @@ class FailureDetected(Event):
     exit_code: int | None
     signal: int | None
     recoverable: bool
-    host_oom_confirmed: bool
+    #: For a SIGKILL: true (the OOM killer's, confirmed), false (someone else's, refuted),
+    #: null (unknown: treated as a host OOM); false when nothing was killed.
+    host_oom_confirmed: bool | None
     host_oom_evidence: list[str]
     checkpoint_progress: bool
 
@@ -703,6 +705,81 @@ EVENTS.update(
         "deepspeed_latest_repointed": DeepspeedLatestRepointed,
         "deepspeed_latest_failed": DeepspeedLatestFailed,
         "world_size_mismatch": WorldSizeMismatch,
+    }
+)
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
+
+# -- issue 12: SIGKILL judged, memory limits enforced, rungs skipped, divergence --------------
+
+
+class MemoryLimitApplied(Event):
+    """``resources.host_memory_limit`` is enforced on the attempt: by its own memory cgroup
+    (``cgroup_v1``/``cgroup_v2``: the kernel's OOM killer SIGKILLs it at the limit, and that
+    cgroup's ``oom_kill`` counter confirms it) or, where no cgroup can be made, by
+    ``rlimit_as`` (allocations fail instead; ``reason`` says why no cgroup)."""
+
+    how: str
+    limit_bytes: int
+    cgroup: str | None
+    reason: str | None
+
+
+class SigkillJudged(Event):
+    """The attempt (or one of its ranks) died of SIGKILL: ``outcome`` is ``confirmed`` (the
+    OOM killer's), ``refuted`` (someone else is known to have sent it and no OOM sign) or
+    ``unknown``; ``host_oom`` says whether the host-OOM ladder answers it."""
+
+    outcome: str
+    reasons: list[str]
+    host_oom: bool
+    rank_killed: bool
+
+
+class RungsSkipped(Event):
+    """The ladder passed over rungs that could change nothing for this job (pin_memory already
+    off or a CPU-only run, workers already 0, ...): no attempt is spent on them. ``skipped``
+    lists ``{"rung", "reason"}``."""
+
+    kind: str
+    skipped: list[dict[str, str]]
+
+
+class DivergenceDetected(Event):
+    """The loss or grad norm turned NaN/inf (``what``) at optimizer ``step`` (null: unknown),
+    seen in a heartbeat or an output line (``source``): the attempt is ended (``ended_by``
+    ``diverged``), or, when it had already exited (even with 0), it is not a success."""
+
+    step: int | None
+    what: str
+    source: str
+    ended_by: str
+    exit_code: int | None
+
+
+class DivergenceRolledBack(Event):
+    """``divergence.action: rollback``: the next attempt resumes from ``resume_step`` (the
+    newest checkpoint before ``diverged_at_step``; null: from the start), the checkpoints at
+    ``set_aside_steps`` were moved aside, and the batches of ``skip_steps`` ([first, last]
+    optimizer step) are skipped; ``skip_honoured`` says whether the training code announced
+    it honours that (``DSGUARD_SKIP_BATCHES``)."""
+
+    diverged_at_step: int
+    resume_step: int | None
+    set_aside_steps: list[int]
+    skip_steps: list[int] | None
+    skip_honoured: bool
+    rollback: int
+    reason: str
+
+
+EVENTS.update(
+    {
+        "divergence_detected": DivergenceDetected,
+        "divergence_rolled_back": DivergenceRolledBack,
+        "memory_limit_applied": MemoryLimitApplied,
+        "sigkill_judged": SigkillJudged,
+        "rungs_skipped": RungsSkipped,
     }
 )
 _NAMES.update({cls: name for name, cls in EVENTS.items()})

@@ -27,7 +27,7 @@ from dsguard.core.envfacts import EnvFacts
 from dsguard.core.records import as_builtins, from_builtins
 from dsguard.core.remedies import GiveUp as RemedyGiveUp
 from dsguard.core.remedies import Remedy, next_remedy
-from dsguard.core.rungs import RUNGS, Move, RungContext
+from dsguard.core.rungs import RUNGS, Move, RungContext, inert_reason
 from dsguard.errors import InvariantViolation
 from dsguard.job.delivery import RUNG_KNOBS, routes, tokens_per_step
 from dsguard.job.knobs import Knobs
@@ -160,6 +160,8 @@ class Relaunch:
     quarantine_resumed_checkpoint: bool = False
     #: An environment remedy (build error, loss-scale collapse) for every later attempt.
     remedy: Remedy | None = None
+    #: Rungs passed over because they could change nothing for this job: (rung, why).
+    skipped: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +246,14 @@ def left_out(rungs: Sequence[str], ctx: RungContext) -> list[str]:
     return out
 
 
+def skipped_rungs(
+    rungs: Sequence[str], start: int, stop: int, knobs: Knobs, ctx: RungContext
+) -> tuple[tuple[str, str], ...]:
+    """(rung, why) for the rungs ``walk`` passed over between ``start`` and ``stop``: each
+    could change nothing for this job, so no attempt was spent on it."""
+    return tuple((rungs[i], inert_reason(rungs[i], knobs, ctx)) for i in range(start, stop))
+
+
 def _check_invariant(old: Knobs, new: Knobs, world_size: int) -> None:
     if old.global_batch(world_size) != new.global_batch(world_size):
         raise InvariantViolation(
@@ -301,6 +311,7 @@ def decide(
             delay_s=0.0,
             positions=new_positions,
             reason=f"{kind}: applying rung {rungs[index]}",
+            skipped=skipped_rungs(rungs, positions.get(ladder_name, 0), index, knobs, cfg.ctx),
         )
 
     if kind in REMEDY_KINDS and remedy_ctx is not None:

@@ -47,6 +47,10 @@ class Ledger:
     #: finished job run again, a discarded state.json): this ladder's attempts number after
     #: them, so a new run never appends to an older run's ``attempt-N.log``.
     numbered_after: int = 0
+    #: Optimizer-step ranges whose batches every later attempt skips (divergence rollbacks),
+    #: and how many rollbacks the run made.
+    skip_batches: tuple[tuple[int, int], ...] = ()
+    rollbacks: int = 0
 
     @property
     def attempts_made(self) -> int:
@@ -114,3 +118,9 @@ def apply_relaunch(
             phase_init_from=init_from,
         )  # fmt: skip
     return out
+
+
+def apply_rollback(ledger: Ledger, skip: tuple[int, int] | None) -> Ledger:
+    """After a divergence rollback: one more rollback, and the batches to skip from now on."""
+    ranges = ledger.skip_batches if skip is None else (*ledger.skip_batches, skip)
+    return dataclasses.replace(ledger, skip_batches=ranges, rollbacks=ledger.rollbacks + 1)

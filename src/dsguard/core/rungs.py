@@ -41,6 +41,9 @@ class RungContext:
     #: The data is packed into ``max_length`` chunks (None: unknown): a max_length move then
     #: changes the dataset, so it is a new phase, not a resume.
     packing: bool | None = None
+    #: The training runs on the CPU (a torch build without CUDA or ROCm): nothing is pinned
+    #: for a GPU copy, so the pin_memory rung cannot free anything and is skipped.
+    cpu_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +211,7 @@ def dataloader_workers(k: Knobs, ctx: RungContext) -> Move | None:
 
 def pin_memory(k: Knobs, ctx: RungContext) -> Move | None:
     """Stop pinning host batches (page-locked memory cannot be swapped or reclaimed)."""
-    if not k.pin_memory or not _flag_ok(ctx, "pin_memory"):
+    if not k.pin_memory or ctx.cpu_only or not _flag_ok(ctx, "pin_memory"):
         return None
     return Move(k.replace(pin_memory=False))
 
@@ -223,3 +226,53 @@ _FUNCTIONS: dict[str, Rung] = {
 #: Rung name -> rung, keyed by the one list of names (``job.model.RungName``): a name with no
 #: function of that name raises KeyError at import instead of at the first OOM.
 RUNGS: dict[str, Rung] = {name: _FUNCTIONS[name] for name in ALL_RUNGS}
+
+
+# -- why a rung is skipped (issue 12) ----------------------------------------------------------
+# A rung that cannot change anything for this job is skipped, not spent on an attempt; the
+# event log says why, so "dsguard did not lower the workers" is never a mystery.
+
+
+def _flagless(ctx: RungContext, *knobs: str) -> str | None:
+    missing = [k for k in knobs if ctx.flags.get(k) is None]
+    return f"no flag passes {', '.join(missing)} to the script" if missing else None
+
+
+def inert_reason(name: str, k: Knobs, ctx: RungContext) -> str:
+    """Why rung ``name`` has nothing to give at ``k`` (call only when it returned None)."""
+    reasons: dict[str, str | None] = {
+        "pin_memory": (
+            "pin_memory is already false" if not k.pin_memory
+            else "a CPU-only run pins no memory" if ctx.cpu_only
+            else _flagless(ctx, "pin_memory")
+        ),
+        "dataloader_workers": (
+            "dataloader_workers is already 0" if k.dataloader_workers <= 0
+            else _flagless(ctx, "dataloader_workers")
+        ),
+        "gradient_checkpointing": (
+            "gradient_checkpointing is already on" if k.gradient_checkpointing
+            else _flagless(ctx, "gradient_checkpointing")
+        ),
+        "micro_batch": _flagless(ctx, "micro_batch_size", "gradient_accumulation_steps")
+        or (
+            f"no exact split of micro {k.micro_batch_size} x accum "
+            f"{k.gradient_accumulation_steps} at or above min_micro_batch_size "
+            f"{ctx.min_micro_batch_size}"
+        ),
+        "max_length": (
+            "max_length is not set" if k.max_length is None
+            else _flagless(ctx, "max_length")
+            or f"max_length {k.max_length} is at its floor {ctx.min_max_length}"
+        ),
+        "lora": (
+            "LoRA is already on" if k.lora
+            else _flagless(ctx, "lora") or "a new phase needs the script's output dir flag"
+        ),
+    }  # fmt: skip
+    found = reasons.get(name)
+    if found is not None:
+        return found
+    if not ctx.has_deepspeed or k.zero_stage is None:
+        return "the job does not use DeepSpeed ZeRO"
+    return f"nothing left to change at ZeRO-{k.zero_stage}, offload {k.offload}"

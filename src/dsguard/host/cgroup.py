@@ -28,6 +28,7 @@ __all__ = [
     "CGROUP_ROOT",
     "PROC_SELF_CGROUP",
     "MemoryCgroup",
+    "group_oom_kill_count",
     "memory_cgroups",
     "memory_limit",
     "memory_usage",
@@ -119,6 +120,11 @@ def oom_kill_count(proc_cgroup: Path = PROC_SELF_CGROUP, root: Path = CGROUP_ROO
         if found is not None:
             return found
     return None
+
+
+def group_oom_kill_count(cg: MemoryCgroup) -> int | None:
+    """The ``oom_kill`` counter of one given cgroup (an attempt's own), or None."""
+    return _read_counter(cg.oom_file, "oom_kill")
 
 
 def memory_usage(proc_cgroup: Path = PROC_SELF_CGROUP, root: Path = CGROUP_ROOT) -> int | None:

@@ -15,10 +15,12 @@ import contextlib
 import errno
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import psutil
 
+from dsguard.core.sigkill import NEAR_LIMIT_FRACTION
 from dsguard.host import cgroup
 from dsguard.host.cgroup import CGROUP_ROOT
 
@@ -27,7 +29,9 @@ __all__ = [
     "NEAR_LIMIT_FRACTION",
     "kernel_oom_killed_pids",
     "memory_limit_bytes",
+    "oom_daemon_journal",
     "oom_kill_count",
+    "psi_memory_full_avg10",
     "tree_rss_bytes",
 ]
 
@@ -107,5 +111,34 @@ def tree_rss_bytes(pid: int) -> int | None:
     return total
 
 
-#: RSS this close to the limit just before a SIGKILL is taken as the OOM killer's work.
-NEAR_LIMIT_FRACTION = 0.9
+# -- memory pressure and user-space OOM daemons ------------------------------------------------
+
+
+def psi_memory_full_avg10(cgroup_dir: Path | None = None) -> float | None:
+    """PSI ``full avg10`` of memory (percent): the attempt's cgroup v2 ``memory.pressure``
+    when given and present, else the whole machine's ``/proc/pressure/memory``. None when the
+    kernel has no PSI (``psi=0``, kernels before 4.20)."""
+    paths = [Path("/proc/pressure/memory")]
+    if cgroup_dir is not None:
+        paths.insert(0, cgroup_dir / "memory.pressure")
+    for path in paths:
+        with contextlib.suppress(OSError, ValueError):
+            for line in path.read_text().splitlines():
+                if line.startswith("full "):
+                    fields = dict(f.split("=", 1) for f in line.split()[1:])
+                    return float(fields["avg10"])
+    return None
+
+
+def oom_daemon_journal(since_wall_s: float, timeout_s: float = 5.0) -> list[str]:
+    """What systemd-oomd and earlyoom logged to the journal since ``since_wall_s`` (empty
+    when there is no journal, no journalctl, or it does not answer in time)."""
+    argv = [
+        "journalctl", "--quiet", "--no-pager", "--output=cat", f"--since=@{int(since_wall_s)}",
+        "--identifier=systemd-oomd", "--identifier=earlyoom",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return done.stdout.splitlines()[-200:] if done.returncode == 0 else []

@@ -26,6 +26,7 @@ Rules this code keeps (docs/resuming.md, section 5):
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import time
@@ -101,6 +102,9 @@ class DsguardCallback(TrainerCallback):
         self._rank = _env_int(env, "RANK", 0)
         self._local_rank = _env_int(env, "LOCAL_RANK", 0)
         self._last_loss: float | None = None
+        #: The first logged metric that turned NaN/inf, and the step it was logged at.
+        self._nonfinite: str | None = None
+        self._nonfinite_step: int | None = None
         self._last_checkpoint: str | None = None
         self._write_failed = False
         self._history_n = 0
@@ -184,6 +188,8 @@ class DsguardCallback(TrainerCallback):
                 host_rss_bytes=mem["host_rss_bytes"],
                 last_checkpoint=self._last_checkpoint,
                 capabilities=self.capabilities,
+                nonfinite=self._nonfinite,
+                nonfinite_step=self._nonfinite_step,
             )
             path = protocol.heartbeat_path(self.heartbeat_dir, self.attempt, self._rank)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -275,6 +281,16 @@ class DsguardCallback(TrainerCallback):
     ) -> None:
         if logs and isinstance(logs.get("loss"), int | float):
             self._last_loss = float(logs["loss"])
+        if logs and self._nonfinite is None:
+            for key in ("loss", "grad_norm"):
+                value = logs.get(key)
+                if isinstance(value, int | float) and not math.isfinite(value):
+                    # A diverged run trains on for hours and may even exit 0: say so now
+                    # (JSON has no NaN, so the loss field alone cannot carry it).
+                    self._nonfinite, self._nonfinite_step = key, int(state.global_step)
+                    if self.enabled:
+                        self._write(state, "diverged")
+                    break
 
     def on_step_end(
         self,

@@ -50,12 +50,14 @@ from dsguard.job.knobs import (
 )
 from dsguard.job.model import (
     ALL_RUNGS,
+    DIVERGENCE_ACTIONS,
     LAUNCHER_NAMES,
     LAYOUT_NAMES,
     CheckpointLayout,
     CheckpointSpec,
     DataSpec,
     DeepSpeedSpec,
+    DivergencePolicy,
     Job,
     KnobDelivery,
     KnobsFile,
@@ -179,6 +181,7 @@ class ResourcesSection(Section):
     gpu_memory_fraction: float | None = spec(Float(gt=0, le=1), None)
     #: Bytes, or a size such as "6GiB", "800MiB", "1.5G".
     host_memory_limit: int | str | None = spec(IntOrStr(), None)
+    host_memory_via: str | None = spec(OneOf(("auto", "rlimit_as")), None)
 
 
 class _TopSection(Section):
@@ -224,6 +227,12 @@ class MetricsSection(Section):
     http_port: int | None = spec(Int(ge=1, le=65535), None)
 
 
+class DivergenceSection(Section):
+    action: str | None = spec(OneOf(DIVERGENCE_ACTIONS), None)
+    skip_batches: int | None = spec(Int(ge=0, le=1_000_000), None)
+    max_rollbacks: int | None = spec(Int(ge=1, le=100), None)
+
+
 _SECTIONS: dict[str, type[Section]] = {
     "knobs_file": KnobsFileSection,
     "data": DataSection,
@@ -235,11 +244,23 @@ _SECTIONS: dict[str, type[Section]] = {
     "limits": LimitsSection,
     "resources": ResourcesSection,
     "metrics": MetricsSection,
+    "divergence": DivergenceSection,
 }
 #: Sections (and lists/maps) where an empty ``key:`` (YAML null) just means "not given":
 #: templates often keep the key with every entry commented out.
 _NULL_MEANS_ABSENT = frozenset(
-    {"args", "env", "flags", "ladder", "limits", "resources", "knobs_dotlist", "knobs_env", "data"}
+    {
+        "args",
+        "env",
+        "flags",
+        "ladder",
+        "limits",
+        "resources",
+        "knobs_dotlist",
+        "knobs_env",
+        "data",
+        "divergence",
+    }
 )
 #: Stand-ins for required fields that failed validation, so that the remaining checks still
 #: run; the field is remembered as bad and checks that read it are skipped.
@@ -892,6 +913,7 @@ def load_job(path: Path, *, writable: bool = False) -> Job:
         metrics=section("metrics", MetricsSection),
         knobs_file=section("knobs_file", KnobsFileSection),
         data=section("data", DataSection),
+        divergence=section("divergence", DivergenceSection),
     )
     job = _build(ctx, base_dir, source, parsed, writable=writable)
     outputs = _build_outputs(ctx, parsed, base_dir)
@@ -948,6 +970,7 @@ class _Sections:
     metrics: _Checked[MetricsSection] | None = None
     knobs_file: _Checked[KnobsFileSection] | None = None
     data: _Checked[DataSection] | None = None
+    divergence: _Checked[DivergenceSection] | None = None
 
 
 _SIZE_UNITS = {
@@ -989,7 +1012,35 @@ def _build_resources(ctx: _Context, parsed: _Checked[ResourcesSection] | None) -
                 f"(valid range: 1 <= bytes <= {MAX_HOST_MEMORY_BYTES}, i.e. 64 PiB)",
             )
             host = None
-    return Resources(gpu_memory_fraction=rm.gpu_memory_fraction, host_memory_limit_bytes=host)
+    return Resources(
+        gpu_memory_fraction=rm.gpu_memory_fraction,
+        host_memory_limit_bytes=host,
+        host_memory_via=rm.host_memory_via or "auto",
+    )
+
+
+def _build_divergence(
+    ctx: _Context,
+    parsed: _Checked[DivergenceSection] | None,
+    checkpoints: CheckpointSpec | None,
+) -> DivergencePolicy:
+    """A rollback needs checkpoints to roll back to, and a resume flag to pass one."""
+    if parsed is None or parsed.model is None:
+        return DivergencePolicy()
+    dm = parsed.model
+    default = DivergencePolicy()
+    policy = DivergencePolicy(
+        action=dm.action or default.action,
+        skip_batches=default.skip_batches if dm.skip_batches is None else dm.skip_batches,
+        max_rollbacks=dm.max_rollbacks or default.max_rollbacks,
+    )
+    if policy.action == "rollback" and (checkpoints is None or checkpoints.resume_flag is None):
+        ctx.add(
+            ("divergence", "action"),
+            "rollback resumes from a checkpoint before the divergence: it needs a checkpoints: "
+            "section with a resume flag (or write action: give_up)",
+        )
+    return policy
 
 
 def _build_locations(
@@ -1646,6 +1697,7 @@ def _build(
     args = list(top.args) if top is not None else []
     data_spec = _build_data(parsed.data, args, delivery, flag_map)
     resources = _build_resources(ctx, parsed.resources)
+    divergence = _build_divergence(ctx, parsed.divergence, checkpoints)
     log_dir = _build_log_dir(ctx, top_c, base_dir, writable=writable)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
         return None
@@ -1674,6 +1726,7 @@ def _build(
         resources=resources,
         delivery=delivery,
         data=data_spec,
+        divergence=divergence,
     )
 
 

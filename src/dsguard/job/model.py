@@ -157,13 +157,39 @@ class Resources:
     ``PYTORCH_CUDA_ALLOC_CONF``, so a script without the callback runs uncapped, but a torch
     that does not know an allocator option cannot abort the job.
 
-    ``host_memory_limit_bytes`` is a real kernel limit on every process of the attempt
-    (RLIMIT_AS, per process: virtual address space, which CUDA inflates with its
-    reservations; use it for CPU training, or systemd's MemoryMax for a GPU job).
+    ``host_memory_limit_bytes`` is a real kernel limit on the attempt: its own memory cgroup
+    where dsguard can create one (the kernel's OOM killer SIGKILLs it at the limit, as on a
+    workstation), else RLIMIT_AS per process (virtual address space, which CUDA inflates with
+    its reservations: a GPU job needs the cgroup). See ``run/memlimit``.
     """
 
     gpu_memory_fraction: float | None = None
     host_memory_limit_bytes: int | None = None
+    #: "auto": a memory cgroup where dsguard can make one, else RLIMIT_AS; "rlimit_as":
+    #: always RLIMIT_AS (an address-space budget, e.g. to compare with runs limited so).
+    host_memory_via: str = "auto"
+
+
+# -- issue 12: what to do when the loss or grad norm turns NaN/inf -----------------------------
+
+#: ``divergence.action`` values.
+DIVERGENCE_ACTIONS: tuple[str, ...] = ("give_up", "rollback")
+
+
+@dataclass(frozen=True, slots=True)
+class DivergencePolicy:
+    """The job's answer to a loss or grad norm that turned NaN/inf while training.
+
+    ``give_up`` stops the attempt and the run, naming the step where it began. ``rollback``
+    does what large-model teams do with loss spikes (PaLM, Chowdhery et al. 2022, section 5.1;
+    OPT's logbook): resume from the newest checkpoint saved *before* that step and skip
+    ``skip_batches`` optimizer steps' worth of data from there (``DSGUARD_SKIP_BATCHES``, see
+    ``protocol``), at most ``max_rollbacks`` times per run.
+    """
+
+    action: str = "give_up"
+    skip_batches: int = 20
+    max_rollbacks: int = 2
 
 
 # -- issue 14: knob delivery beyond flags, declared data semantics ---------------------------
@@ -261,6 +287,7 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     log_dir: Path = Path("runs")
     resources: Resources = field(default_factory=Resources)
+    divergence: DivergencePolicy = field(default_factory=DivergencePolicy)
     #: How the knobs reach a script that does not take HF flags (issue 14).
     delivery: KnobDelivery = field(default_factory=KnobDelivery)
     #: What the job declares about its data (packing), for the max_length rung (issue 14).

@@ -29,12 +29,15 @@ import psutil
 from dsguard.core.classify import Evidence, StreamClassifier
 from dsguard.core.envfacts import EnvFacts
 from dsguard.core.events import LogWriteFailed
+from dsguard.host.cgroup import MemoryCgroup, group_oom_kill_count
 from dsguard.host.envfacts import detect, stale_build_locks
 from dsguard.host.gpu import GpuProbe, GpuSnapshot, ReleaseResult, wait_for_release
 from dsguard.host.memory import (
     kernel_oom_killed_pids,
     memory_limit_bytes,
+    oom_daemon_journal,
     oom_kill_count,
+    psi_memory_full_avg10,
     tree_rss_bytes,
 )
 from dsguard.job.model import CheckpointLayout
@@ -44,6 +47,12 @@ from dsguard.run import layouts
 from dsguard.run.heartbeat import read_heartbeats
 from dsguard.run.launch import Command
 from dsguard.run.layouts import LatestChange
+from dsguard.run.memlimit import (
+    MemoryLimit,
+    create_memory_limit,
+    remove_left_cgroups,
+    remove_memory_limit,
+)
 from dsguard.run.proc import AttemptRef, Child, EndReport, attempt_processes, end_attempt
 from dsguard.run.proc import spawn as spawn_child
 from dsguard.run.ranks import free_port, nvidia_devices_present, observed_world_size
@@ -135,13 +144,35 @@ class Host(Protocol):
 
     def tree_rss_bytes(self, pid: int) -> int | None: ...
 
-    def oom_kill_count(self) -> int | None:
-        """The cgroup's OOM-kill counter; None when unknown."""
+    def oom_kill_count(self, cgroup: MemoryCgroup | None = None) -> int | None:
+        """The OOM-kill counter of ``cgroup`` (an attempt's own) or of dsguard's; None when
+        unknown."""
         ...
 
     def kernel_oom_killed_pids(self) -> set[int]: ...
 
     def memory_limit_bytes(self) -> int | None: ...
+
+    def create_memory_limit(self, run_id: str, attempt: int, limit_bytes: int) -> MemoryLimit:
+        """The attempt's memory cgroup with ``limit_bytes`` (or the RLIMIT_AS fallback)."""
+        ...
+
+    def remove_memory_limit(self, limit: MemoryLimit) -> bool:
+        """Remove the attempt's cgroup after its processes are gone; False if it stays."""
+        ...
+
+    def remove_left_cgroups(self, run_id: str, attempt: int) -> list[Path]:
+        """Remove the memory cgroup of an attempt a dead dsguard left (after its processes
+        were ended); the paths removed."""
+        ...
+
+    def memory_pressure(self, cgroup: MemoryCgroup | None) -> float | None:
+        """PSI memory ``full avg10`` in percent, the attempt's cgroup's where it has one."""
+        ...
+
+    def oom_daemon_lines(self, since_wall_s: float) -> list[str]:
+        """systemd-oomd / earlyoom journal lines since then (empty: none or no journal)."""
+        ...
 
     def gpu_release(self, pids: list[int], tick: Callable[[], object]) -> ReleaseResult:
         """Wait (bounded) until ``pids`` hold no GPU memory; ``tick`` keeps systemd fed."""
@@ -314,14 +345,30 @@ class RealHost:
     def tree_rss_bytes(self, pid: int) -> int | None:
         return tree_rss_bytes(pid)
 
-    def oom_kill_count(self) -> int | None:
-        return self._oom_probe()
+    def oom_kill_count(self, cgroup: MemoryCgroup | None = None) -> int | None:
+        return self._oom_probe() if cgroup is None else group_oom_kill_count(cgroup)
 
     def kernel_oom_killed_pids(self) -> set[int]:
         return set(kernel_oom_killed_pids() or ())
 
     def memory_limit_bytes(self) -> int | None:
         return self._memory_limit()
+
+    def create_memory_limit(self, run_id: str, attempt: int, limit_bytes: int) -> MemoryLimit:
+        return create_memory_limit(run_id, attempt, limit_bytes)
+
+    def remove_memory_limit(self, limit: MemoryLimit) -> bool:
+        return remove_memory_limit(limit)
+
+    def remove_left_cgroups(self, run_id: str, attempt: int) -> list[Path]:
+        return remove_left_cgroups(run_id, attempt)
+
+    def memory_pressure(self, cgroup: MemoryCgroup | None) -> float | None:
+        v2_dir = cgroup.dir if cgroup is not None and cgroup.version == 2 else None
+        return psi_memory_full_avg10(v2_dir)
+
+    def oom_daemon_lines(self, since_wall_s: float) -> list[str]:
+        return oom_daemon_journal(since_wall_s)
 
     def gpu_release(self, pids: list[int], tick: Callable[[], object]) -> ReleaseResult:
         if self._gpu_release is not None:

@@ -25,6 +25,7 @@ from dsguard.protocol import (
     INIT_FROM_ENV,
     LOG_DIR_ENV,
     RUN_ID_ENV,
+    SKIP_BATCHES_ENV,
 )
 
 __all__ = ["Command", "build_command", "knob_args"]
@@ -197,6 +198,8 @@ def build_command(
     layout: CheckpointLayout = CheckpointLayout.HF,
     master_port: int | None = None,
     cpu_only: bool = False,
+    memory_cgroup: Path | None = None,
+    skip_batches: str | None = None,
 ) -> Command:
     """argv, environment and cwd of one attempt.
 
@@ -218,6 +221,9 @@ def build_command(
             (a raw DeepSpeed loop resumes itself from ``latest``).
         master_port: the port of a one-process DeepSpeed rendezvous (``launcher: python``).
         cpu_only: the host has no GPU (accelerate then runs its ranks on the CPU).
+        memory_cgroup: the attempt's memory cgroup (``run/memlimit``): the shim joins it
+            before exec; RLIMIT_AS is passed as well, the shim's fallback if joining fails.
+        skip_batches: ``DSGUARD_SKIP_BATCHES`` after a divergence rollback (``protocol``).
     """
     from dsguard.core.remedies import merged_env, remedy_args
 
@@ -245,6 +251,8 @@ def build_command(
         shim = [supervisor_python, "-m", "dsguard.run.exec_shim"]
         if supervisor_pid is not None:
             shim += ["--parent", str(supervisor_pid)]
+        if memory_cgroup is not None:
+            shim += ["--cgroup", str(memory_cgroup)]
         if job.resources.host_memory_limit_bytes is not None:
             shim += ["--as-bytes", str(job.resources.host_memory_limit_bytes)]
         argv = [*shim, "--", *argv]
@@ -269,6 +277,10 @@ def build_command(
         # PYTORCH_CUDA_ALLOC_CONF: an option the installed torch does not know aborts CUDA
         # initialisation for the whole job.
         env[GPU_MEMORY_FRACTION_ENV] = str(job.resources.gpu_memory_fraction)
+    if skip_batches:
+        env[SKIP_BATCHES_ENV] = skip_batches
+    else:
+        env.pop(SKIP_BATCHES_ENV, None)
     if init_from is not None:
         env[INIT_FROM_ENV] = str(init_from)
     else:

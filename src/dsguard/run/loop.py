@@ -20,6 +20,7 @@ attempt it left behind and continues at the recorded rung.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -33,6 +34,14 @@ from typing import Any, BinaryIO, TextIO, cast
 
 from dsguard import __version__
 from dsguard.core.classify import Evidence, Failure, FailureKind, StreamClassifier, decode_exit
+from dsguard.core.divergence import (
+    Divergence,
+    Rollback,
+    decide_divergence,
+    nonfinite,
+    nonfinite_text,
+    skip_window,
+)
 from dsguard.core.ladder import (
     REMEDY_KINDS,
     AttemptRecord,
@@ -45,6 +54,7 @@ from dsguard.core.ladder import (
 from dsguard.core.ledger import (
     Ledger,
     apply_relaunch,
+    apply_rollback,
     next_attempt,
     number_after,
     record_attempt,
@@ -52,11 +62,19 @@ from dsguard.core.ledger import (
 )
 from dsguard.core.preflight import Problem as PreflightProblem
 from dsguard.core.render import launcher_problems, render_attempt_config
+from dsguard.core.sigkill import (
+    KillEvidence,
+    KillJudgement,
+    judge_sigkill,
+    kill_sender_in,
+    oom_daemon_kills,
+    rank_killed_in,
+)
 from dsguard.core.states import TERMINAL, RunState
 from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
+from dsguard.host.cgroup import MemoryCgroup
 from dsguard.host.gpu import ReleaseResult
-from dsguard.host.memory import NEAR_LIMIT_FRACTION
 from dsguard.job.delivery import (
     render_knobs_file,
     routes,
@@ -65,7 +83,12 @@ from dsguard.job.delivery import (
 )
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import CheckpointLayout, Job
-from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
+from dsguard.protocol import (
+    CAP_INIT_FROM,
+    CAP_SAVE_AND_STOP,
+    CAP_SKIP_BATCHES,
+    format_skip_batches,
+)
 from dsguard.run import checkpoints as ckpts
 from dsguard.run.events import EventLog
 from dsguard.run.heartbeat import capabilities
@@ -73,6 +96,7 @@ from dsguard.run.host import Attempt, Host, RealHost
 from dsguard.run.launch import Command, build_command
 from dsguard.run.lock import JobLock, acquire
 from dsguard.run.logdir import LogDir, ensure_log_dir
+from dsguard.run.memlimit import MemoryLimit
 from dsguard.run.observe import EndedBy, Observation, judge, verdict
 from dsguard.run.proc import AttemptRef, EndReport
 from dsguard.run.safefs import write_atomic_refusing_links
@@ -194,12 +218,17 @@ class _Current:
     classifier: StreamClassifier = field(default_factory=StreamClassifier)
     t0: float = 0.0
     oom_before: int | None = None
+    #: How resources.host_memory_limit is enforced on this attempt (None: no limit).
+    memlimit: MemoryLimit | None = None
+    t0_wall: float = 0.0
     ended_by: EndedBy = "exit"
     world_checked: bool = False
     report: EndReport | None = None
     rss_samples: list[int] = field(default_factory=list)
     silent_s: float = 0.0
     log_failure_noted: bool = False
+    #: The loss or grad norm turned NaN/inf (seen while running or after the exit).
+    divergence: Divergence | None = None
 
 
 @dataclass
@@ -228,6 +257,8 @@ class _Run:
     #: The ranks the attempts were seen to run differ from the job's world size: the global
     #: batch is reported as unknown from then on.
     world_mismatch: int | None = None
+    #: Whether the training runs on the CPU (measured once, at the first host OOM).
+    cpu_only: bool | None = None
 
 
 @dataclass
@@ -486,16 +517,20 @@ class Supervisor:
         knobs_path = self._render_knobs_file(run, cur)
         if self._stop_signal is not None:
             return self._stopped()
+        cgroup = self._apply_memory_limit(run, cur)
         cmd = cur.cmd = build_command(
             job, knobs, run_id=run.run_id, attempt=n, base_env=run.base_env,
             ds_config=ds_path, resume_from=cur.resume, output_dir=ledger.phase_output,
             init_from=ledger.phase_init_from, supervisor_pid=os.getpid(),
             remedies=ledger.remedies, knobs_file=knobs_path, layout=cur.layout,
             master_port=self.host.free_port(), cpu_only=self.host.cpu_only(),
+            memory_cgroup=None if cgroup is None else cgroup.dir,
+            skip_batches=format_skip_batches(ledger.skip_batches),
         )  # fmt: skip
         log_path = cur.log_path = self._logs.attempt_log(n)
-        cur.oom_before = self.host.oom_kill_count()
+        cur.oom_before = self.host.oom_kill_count(cgroup)
         cur.t0 = self.host.monotonic()
+        cur.t0_wall = self.host.wall()
         if self._stop_signal is not None:
             return self._stopped()
         try:
@@ -505,6 +540,7 @@ class Supervisor:
                 echo=cast(BinaryIO | None, self._gate(self.echo)),
             )  # fmt: skip
         except OSError as exc:
+            self._release_memory_limit(cur)
             run.events.emit("attempt_not_started", argv=cmd.argv, error=str(exc))
             return _Next(RunState.GAVE_UP, f"cannot start {cmd.argv[0]!r}: {exc.strerror or exc}")
         run.unstarted = False
@@ -527,6 +563,30 @@ class Supervisor:
                 "checkpoint_dir": ledger.ckpt_dir,
             },
         )  # fmt: skip
+
+    def _apply_memory_limit(self, run: _Run, cur: _Current) -> MemoryCgroup | None:
+        """Give the attempt its own memory cgroup with ``resources.host_memory_limit`` (or
+        say why RLIMIT_AS is used instead); the cgroup whose counter confirms an OOM kill."""
+        limit_bytes = self.job.resources.host_memory_limit_bytes
+        if limit_bytes is None:
+            return None
+        if self._stop_signal is not None:
+            return None  # no launch follows; nothing to create
+        if self.job.resources.host_memory_via == "rlimit_as":
+            reason = "resources.host_memory_via is rlimit_as"
+            ml = cur.memlimit = MemoryLimit("rlimit_as", limit_bytes, None, reason)
+        else:
+            ml = cur.memlimit = self.host.create_memory_limit(run.run_id, cur.number, limit_bytes)
+        run.events.emit(
+            "memory_limit_applied", how=ml.how, limit_bytes=ml.limit_bytes,
+            cgroup=None if ml.cgroup is None else ml.cgroup.dir, reason=ml.reason,
+        )  # fmt: skip
+        return ml.cgroup
+
+    def _release_memory_limit(self, cur: _Current) -> None:
+        if cur.memlimit is not None and cur.memlimit.cgroup is not None:
+            self.host.remove_memory_limit(cur.memlimit)
+        cur.memlimit = None
 
     def _resume_point(self, run: _Run, cur: _Current) -> None:
         """The checkpoint the attempt resumes from, and the newest complete step now (to
@@ -708,6 +768,9 @@ class Supervisor:
             reason = f"fatal output: {self._fatal.kind}"
         elif cur.ended_by == "hang":
             reason = f"no progress for {cur.silent_s:.0f} s"
+        elif cur.ended_by == "diverged":
+            assert cur.divergence is not None
+            reason = f"training diverged: {cur.divergence.what} turned NaN/inf"
         else:
             reason = f"stop requested by signal {self._stop_signal}"
         return _Next(RunState.ENDING, reason)
@@ -734,6 +797,9 @@ class Supervisor:
                 last_check = now
                 self._check_log_dir(run)
                 self._check_world(run, cur, handle)
+                cur.divergence = self._divergence_now(cur)
+                if cur.divergence is not None:
+                    return "diverged"
                 if self._is_hung(run.events, cur, handle):
                     return "hang"
             if now - last_rss >= _RSS_SAMPLE_S:
@@ -829,6 +895,8 @@ class Supervisor:
                 "hang_detected", silent_s=round(cur.silent_s, 1),
                 hang_timeout_s=limits.hang_timeout_s,
             )  # fmt: skip
+        elif cur.ended_by == "diverged":
+            pass  # it would train on NaN weights for hours: end it like a fatal line
         else:
             self.notifier.stopping()
             self._ask_to_save_and_stop(run.events, cur.handle)
@@ -876,6 +944,10 @@ class Supervisor:
         self._emit_finished(run, obs)
         if obs.ended_by == "stop":
             return self._stopped()
+        # A diverged attempt may have exited 0 on its own: it never succeeded.
+        div = cur.divergence or self._divergence_now(cur)
+        if div is not None:
+            return self._conclude_diverged(run, cur, obs, div)
         failure = verdict(obs)
         run.ledger = record_attempt(
             run.ledger,
@@ -888,19 +960,100 @@ class Supervisor:
             return _Next(
                 RunState.SUCCEEDED, "the training command exited 0", exit_code=EXIT_SUCCEEDED
             )
+        kill = obs.kill
+        if kill is not None:
+            run.events.emit(
+                "sigkill_judged", outcome=kill.outcome, reasons=list(kill.reasons),
+                host_oom=obs.kill_is_host_oom, rank_killed=obs.rank_killed,
+            )  # fmt: skip
+        confirmed = kill.host_oom_confirmed if kill is not None else False
         run.events.emit(
             "failure_detected", kind=failure.kind, rank=failure.rank,
             evidence=list(failure.evidence), exit_code=obs.exit_code,
             signal=obs.exit.signal, recoverable=is_recoverable(failure.kind),
-            host_oom_confirmed=bool(obs.host_oom_evidence),
-            host_oom_evidence=list(obs.host_oom_evidence), checkpoint_progress=obs.progressed,
+            host_oom_confirmed=confirmed,
+            host_oom_evidence=list(kill.reasons) if kill is not None and confirmed else [],
+            checkpoint_progress=obs.progressed,
         )  # fmt: skip
+        if failure.kind is FailureKind.HOST_OOM:
+            self._note_cpu_only(run, cur)
         decision = judge(failure, run.ledger, run.cfg, self._remedy_context(run, cur, failure))
         if isinstance(decision, GiveUp):
             return _Next(RunState.GAVE_UP, decision.reason, kind=failure.kind)
         run.ended_pids = obs.pids
         run.last_kind = failure.kind
         return self._apply(run, cur, failure, decision)
+
+    def _divergence_now(self, cur: _Current) -> Divergence | None:
+        """The loss or grad norm turned NaN/inf: a heartbeat says so (with the first step), or
+        the output shows NaN/inf divergence lines (the step is then the last heartbeat's)."""
+        beats = self.host.heartbeats(self._logs.heartbeat_dir, cur.number)
+        marked = [hb for hb in beats if hb.nonfinite is not None or nonfinite(hb.loss)]
+        if marked:
+            hb = min(marked, key=lambda b: b.global_step if b.nonfinite_step is None
+                     else b.nonfinite_step)  # fmt: skip
+            step = hb.global_step if hb.nonfinite_step is None else hb.nonfinite_step
+            return Divergence(step, hb.nonfinite or "loss", "heartbeat")
+        lines = [
+            ev for ev in cur.classifier.evidence
+            if ev.kind is FailureKind.LOSS_DIVERGENCE and nonfinite_text(ev.text)
+        ]  # fmt: skip
+        # One line that is not the exception itself may be a mention (a tip, an echo of an
+        # old log): a diverged run repeats its NaN at every logging step.
+        if lines and (len(lines) >= 2 or lines[0].fatal):
+            last = max((hb.global_step for hb in beats), default=None)
+            return Divergence(last, f"output line {lines[0].text[:200]!r}", "output")
+        return None
+
+    def _conclude_diverged(
+        self, run: _Run, cur: _Current, obs: Observation, div: Divergence
+    ) -> _Next:
+        """Give up naming the step, or roll back to the newest checkpoint before it (later
+        ones, holding diverged weights, set aside), skipping the batches around it."""
+        events = run.events
+        run.ledger = record_attempt(
+            run.ledger,
+            AttemptRecord(obs.attempt, FailureKind.LOSS_DIVERGENCE, obs.duration_s, False),
+        )
+        events.emit(
+            "divergence_detected", step=div.step, what=div.what, source=div.source,
+            ended_by=obs.ended_by, exit_code=obs.exit_code,
+        )  # fmt: skip
+        decision = decide_divergence(div, self.job.divergence, run.ledger.rollbacks)
+        max_attempts = self.job.limits.max_attempts
+        if isinstance(decision, Rollback) and len(run.ledger.history) >= max_attempts:
+            return _Next(RunState.GAVE_UP, f"max_attempts ({max_attempts}) reached; "
+                         f"last failure: {FailureKind.LOSS_DIVERGENCE}",
+                         kind=FailureKind.LOSS_DIVERGENCE)  # fmt: skip
+        if not isinstance(decision, Rollback):
+            return _Next(RunState.GAVE_UP, decision.reason, kind=FailureKind.LOSS_DIVERGENCE)
+        set_aside: list[int] = []
+        resume: int | None = None
+        ckpt_dir = run.ledger.ckpt_dir
+        while ckpt_dir is not None:
+            chosen = self.host.select_checkpoint(ckpt_dir, self.job.world_size).chosen
+            if chosen is None or chosen.step < decision.before_step:
+                resume = None if chosen is None else chosen.step
+                break
+            set_aside.append(chosen.step)
+            why = f"saved at or after step {decision.before_step}, where training diverged"
+            self._quarantine(events, chosen.path, ckpt_dir, chosen.step, [why])
+        window = skip_window(decision.before_step, resume, self.job.divergence.skip_batches)
+        run.ledger = apply_rollback(run.ledger, window)
+        events.emit(
+            "divergence_rolled_back", diverged_at_step=decision.before_step,
+            resume_step=resume, set_aside_steps=set_aside,
+            skip_steps=None if window is None else list(window),
+            skip_honoured=CAP_SKIP_BATCHES in run.ledger.caps, rollback=run.ledger.rollbacks,
+            reason=decision.reason,
+        )  # fmt: skip
+        run.ended_pids = obs.pids
+        run.last_kind = FailureKind.LOSS_DIVERGENCE
+        run.delay_s = 0.0
+        return _Next(
+            RunState.BACKOFF, decision.reason,
+            {"ledger": run.ledger.as_dict(), "knobs": run.ledger.knobs.as_dict()},
+        )  # fmt: skip
 
     def _observe(self, run: _Run, cur: _Current) -> Observation:
         """End what the launcher left behind, drain the output, read heartbeats, OOM
@@ -936,12 +1089,14 @@ class Supervisor:
                 cur.start_step is None or end_step > cur.start_step
             )
         pids = tuple(sorted(seen))
+        kill, rank_killed = self._judge_kill(cur, exit_code, pids)
+        self._release_memory_limit(cur)  # after its counter was read
         return Observation(
             attempt=cur.number, exit_code=exit_code, ended_by=cur.ended_by,
             duration_s=duration_s, evidence=cur.classifier.evidence,
             output_bytes=handle.output_bytes, output_lines=cur.classifier.lines_seen,
             log_dropped_bytes=handle.log_dropped_bytes,
-            pids=pids, host_oom_evidence=tuple(self._host_oom_evidence(cur, exit_code, pids)),
+            pids=pids, kill=kill, rank_killed=rank_killed,
             progressed=progressed, caps=capabilities(beats) if beats else None,
             last_step=None if last is None else last.global_step,
             last_loss=None if last is None else last.loss,
@@ -963,38 +1118,61 @@ class Supervisor:
             log_dropped_bytes=obs.log_dropped_bytes or None,
         )  # fmt: skip
 
-    def _host_oom_evidence(
+    def _judge_kill(
         self, cur: _Current, exit_code: int | None, pids: tuple[int, ...]
-    ) -> list[str]:
-        """Why a SIGKILL of this attempt was the OOM killer's, if anything says so.
-
-        A bare SIGKILL proves nothing (a user, a watchdog, a container runtime); each source
-        here is independent evidence: the cgroup's oom_kill counter rose, the kernel log names
-        one of the attempt's pids, or its resident memory was within 10 % of the limit just
-        before it died. Only consulted when something of the attempt was killed.
-        """
-        evidence: list[str] = []
-        oom_after = self.host.oom_kill_count()
+    ) -> tuple[KillJudgement | None, bool]:
+        """Who killed the attempt, when it (or one of its ranks) died of SIGKILL: the live
+        evidence gathered here, the judgement in ``core/sigkill`` (confirmed, refuted,
+        unknown). Also whether the launcher's output says a rank was killed although the
+        launcher itself exited with a plain error. (None, False) when nothing was killed."""
+        texts = [ev.text for ev in cur.classifier.evidence]
+        rank_killed = rank_killed_in(texts)
+        killed = (
+            decode_exit(exit_code).killed
+            or rank_killed
+            or any(ev.kind is FailureKind.KILLED_EXTERNALLY for ev in cur.classifier.evidence)
+        )
+        if not killed:
+            return None, False
+        cgroup = None if cur.memlimit is None else cur.memlimit.cgroup
+        after = self.host.oom_kill_count(cgroup)
         before = cur.oom_before
-        if before is not None and oom_after is not None and oom_after > before:
-            evidence.append(f"cgroup memory.events oom_kill +{oom_after - before}")
-        killed = decode_exit(exit_code).killed
-        if not killed and not any(
-            ev.kind is FailureKind.KILLED_EXTERNALLY for ev in cur.classifier.evidence
-        ):
-            return evidence
-        ours = sorted(self.host.kernel_oom_killed_pids() & set(pids))
-        if ours:
-            evidence.append(f"kernel log: OOM killer killed pid {ours[0]}")
-        limit = self.host.memory_limit_bytes()
-        if limit and cur.rss_samples:
-            peak = max(cur.rss_samples)
-            if peak >= NEAR_LIMIT_FRACTION * limit:
-                evidence.append(
-                    f"resident memory {peak / 2**30:.1f} GiB, {100 * peak / limit:.0f} % of "
-                    f"the {limit / 2**30:.1f} GiB limit, just before the kill"
-                )
-        return evidence
+        delta = None if before is None or after is None else after - before
+        limit = cur.memlimit.limit_bytes if cgroup is not None and cur.memlimit else None
+        tail = [] if cur.log_path is None else _tail_lines(cur.log_path, 200)
+        sender = kill_sender_in(tail)
+        if cur.ended_by != "exit" and cur.report is not None and cur.report.killed_pids:
+            # Only when dsguard ended the attempt: after a launcher exited on its own, the
+            # leftovers dsguard killed are not what killed the launcher's rank.
+            sender = "dsguard (it ended the attempt and SIGKILLed what outlived the grace)"
+        evidence = KillEvidence(
+            oom_kill_delta=delta,
+            kernel_oom_pids=tuple(sorted(self.host.kernel_oom_killed_pids() & set(pids))),
+            rss_peak_bytes=max(cur.rss_samples) if cur.rss_samples else None,
+            limit_bytes=limit or self.host.memory_limit_bytes(),
+            oom_daemon_lines=oom_daemon_kills(self.host.oom_daemon_lines(cur.t0_wall), pids),
+            psi_full_avg10=self.host.memory_pressure(cgroup),
+            sender=sender,
+        )
+        return judge_sigkill(evidence), rank_killed
+
+    def _note_cpu_only(self, run: _Run, cur: _Current) -> None:
+        """A torch build without CUDA or ROCm pins nothing, so the pin_memory rung is skipped
+        rather than spent on an attempt. Measured once per run (the env probe starts the
+        training interpreter); unknown (no torch found) counts as not CPU-only."""
+        if run.cpu_only is not None:
+            return
+        if not run.ledger.knobs.pin_memory or "pin_memory" not in self.job.ladder.host_oom:
+            return  # the answer could change nothing: spare the probe (seconds)
+        env = {} if cur.cmd is None else cur.cmd.env
+        facts = self.host.env_facts(self.job.python, env, self.job.gpus)
+        run.cpu_only = (
+            facts.torch_version is not None and facts.torch_cuda is None and facts.torch_hip is None
+        )
+        if run.cpu_only:
+            run.cfg = dataclasses.replace(
+                run.cfg, ctx=dataclasses.replace(run.cfg.ctx, cpu_only=True)
+            )
 
     def _remedy_context(self, run: _Run, cur: _Current, failure: Failure) -> RemedyContext | None:
         """Facts the remedy ladder needs (env probe, log tail); only for remedy kinds, as
@@ -1035,6 +1213,11 @@ class Supervisor:
                 env={k: [env.get(k), v] for k, v in r.env.items()},
                 config=r.config.as_dict(), flags=dict(r.flags), caveats=list(r.caveats),
                 new_phase=r.new_phase, applied=[x.name for x in run.ledger.remedies],
+            )  # fmt: skip
+        if decision.skipped:
+            events.emit(
+                "rungs_skipped", kind=failure.kind,
+                skipped=[{"rung": r, "reason": why} for r, why in decision.skipped],
             )  # fmt: skip
         new = run.ledger
         phased = new.phase != ledger.phase
@@ -1194,6 +1377,8 @@ class Supervisor:
             leftover = self.host.processes(ref)
             if leftover:
                 report = self.host.end(ref, self.job.limits.fatal_grace_s, None)
+            # Its memory cgroup (if it had one) outlived the dead dsguard: empty now.
+            self.host.remove_left_cgroups(current.run_id, current.attempt)
         events.emit(
             "run_recovered", previous_run_id=prev.run_id,
             previous_state=prev_state.value, previous_pid=prev.pid,

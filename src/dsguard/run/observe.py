@@ -10,17 +10,20 @@ observation without a process.
 from __future__ import annotations
 
 import dataclasses
+import signal
 from dataclasses import dataclass
 from typing import Literal
 
 from dsguard.core.classify import Evidence, ExitStatus, Failure, classify, decode_exit
 from dsguard.core.ladder import Decision, PolicyConfig, RemedyContext, decide
 from dsguard.core.ledger import Ledger
+from dsguard.core.sigkill import KillJudgement, KillOutcome
 from dsguard.protocol import CAP_ZERO_TRANSPLANT
 
 #: Why the supervise phase stopped waiting: the launcher exited on its own, a fatal output
-#: line, a stop request to dsguard, or no progress for ``hang_timeout_s``.
-EndedBy = Literal["exit", "fatal", "stop", "hang"]
+#: line, a stop request to dsguard, no progress for ``hang_timeout_s``, or the loss or grad
+#: norm turned NaN/inf (``core/divergence``).
+EndedBy = Literal["exit", "fatal", "stop", "hang", "diverged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +39,9 @@ class Observation:
     output_lines: int
     #: Every pid seen in the attempt's tree (kernel OOM records and GPU holders name pids).
     pids: tuple[int, ...]
-    #: Independent evidence that a SIGKILL was the OOM killer's (empty: none).
-    host_oom_evidence: tuple[str, ...]
+    #: Who killed it, when a SIGKILL of the attempt (or of one of its ranks) needs
+    #: explaining; None when nothing was killed.
+    kill: KillJudgement | None
     #: A newer complete checkpoint appeared during the attempt.
     progressed: bool
     #: What the heartbeats announced; None when the attempt wrote none.
@@ -48,6 +52,22 @@ class Observation:
     host_rss_peak_bytes: int | None
     #: Output dropped because the attempt log could not be written (a full disk).
     log_dropped_bytes: int = 0
+    #: The launcher exited with a plain error but its output says a rank died of SIGKILL
+    #: (accelerate's ``CalledProcessError ... -9``, torchrun's ``exitcode: -9``).
+    rank_killed: bool = False
+
+    @property
+    def kill_is_host_oom(self) -> bool:
+        """Whether the kill is judged a host OOM: confirmed, or unknown on an attempt that
+        died on its own (a careful engineer treats an unexplained -9 as host memory). A kill
+        dsguard sent while ending an attempt for a fatal line or a hang is an OOM only when
+        confirmed: the hang or the fatal line is the cause then."""
+        if self.kill is None:
+            return False
+        outcome = self.kill.outcome
+        return outcome is KillOutcome.CONFIRMED or (
+            outcome is KillOutcome.UNKNOWN and self.ended_by == "exit"
+        )
 
     @property
     def exit(self) -> ExitStatus:
@@ -68,8 +88,11 @@ def verdict(obs: Observation) -> Failure | None:
     status = obs.exit
     if obs.ended_by in ("fatal", "hang") and status.raw == 0:
         status = ExitStatus(raw=None, signal=None)  # unknown: the output decides
+    if obs.rank_killed and not status.killed and status.raw != 0:
+        # The launcher turned a rank's -9 into its own exit 1: judge the rank's death.
+        status = ExitStatus(raw=status.raw, signal=int(signal.SIGKILL))
     return classify(
-        obs.evidence, status, host_oom_confirmed=bool(obs.host_oom_evidence),
+        obs.evidence, status, host_oom_confirmed=obs.kill_is_host_oom,
         hang=obs.ended_by == "hang",
     )  # fmt: skip
 

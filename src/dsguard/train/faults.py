@@ -10,11 +10,14 @@ Syntax: one or more faults separated by ``,``; each is ``kind[:key=value]...``::
 
     DSGUARD_FAULT="oom:micro_above=4:at_step=4"       # CUDA OOM while micro-batch > 4
     DSGUARD_FAULT="sigkill:at_step=3:attempt=1"       # SIGKILL self, first attempt only
+    DSGUARD_FAULT="nan:at_step=4:attempt=1"           # the loss turns NaN from step 4 on
 
 kinds: ``oom`` (``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...``),
 ``host_oom`` (``RuntimeError: ... DefaultCPUAllocator: can't allocate memory ...``),
 ``sigkill`` (the process SIGKILLs itself, as the kernel OOM killer would), ``hang`` (sleeps
-forever inside the step, as a rank stuck in a collective would).
+forever inside the step, as a rank stuck in a collective would), ``nan`` (the loss, hence
+the gradients and then the weights, turn NaN from that step on and training *goes on*, as a
+diverged run does; the trainer applies it in ``compute_loss``, :func:`fire` never sees it).
 
 keys (all optional; a fault fires when every given condition holds):
 ``at_step=S`` from optimizer step S on (1-based, i.e. when ``global_step >= S - 1`` steps are
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 FAULT_ENV = "DSGUARD_FAULT"
-KINDS = ("oom", "host_oom", "sigkill", "hang")
+KINDS = ("oom", "host_oom", "sigkill", "hang", "nan")
 _INT_KEYS = ("at_step", "micro_above", "max_length_above", "rank", "attempt")
 
 CUDA_OOM_MESSAGE = (

@@ -28,6 +28,12 @@ Test hooks (documented as such, harmless when unset):
   this rank's sum of ``training_step`` results over the step's micro-batches, i.e. exactly
   what HF logs as ``loss`` with ``--logging_steps 1`` on one rank.
 * ``DSGUARD_FAULT``: injected failures with real messages (see :mod:`dsguard.train.faults`).
+
+``DSGUARD_SKIP_BATCHES`` (set by dsguard after a divergence rollback, see ``protocol``): the
+optimizer steps in those ranges train on nothing (no forward, no backward, the parameters and
+optimizer moments untouched; under DeepSpeed a zero loss, whose backward the engine needs).
+The steps still count, so the data position, the LR schedule and the checkpoint numbering go
+on as planned; the trainer announces ``skip_batches``.
 """
 
 from __future__ import annotations
@@ -288,6 +294,11 @@ class ReferenceTrainer(Trainer):
         self.faults = tuple(faults)
         self.max_length = max_length
         self.attempt = int(os.environ.get(protocol.ATTEMPT_ENV, "0") or 0)
+        #: Optimizer steps whose batches are skipped after a divergence rollback.
+        self.skip_ranges = protocol.parse_skip_batches(
+            os.environ.get(protocol.SKIP_BATCHES_ENV, "")
+        )
+        self._skip_said: set[int] = set()
         self._pending_ids: list[int] = []
         self._pending_loss = 0.0
         self.add_callback(_SampleTraceCallback(self))
@@ -310,9 +321,31 @@ class ReferenceTrainer(Trainer):
             self._maybe_fail()
             if sample_ids is not None:
                 self._pending_ids.extend(int(i) for i in sample_ids.tolist())
-        return super().compute_loss(
+        out = super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
+        factor = self._loss_factor() if model.training else None
+        if factor is None:
+            return out
+        if isinstance(out, tuple):
+            return (out[0] * factor, *out[1:])
+        return out * factor
+
+    def _loss_factor(self) -> float | None:
+        """NaN for the ``nan`` fault (a diverged run), 0 for a step whose batches are skipped
+        under DeepSpeed (its engine must see a backward; the gradients are then zero, though
+        Adam's momentum still moves the weights a little); None: leave the loss alone."""
+        step = int(self.state.global_step) + 1
+        if self.is_deepspeed_enabled and protocol.skipped(step, self.skip_ranges):
+            return 0.0
+        for fault in self.faults:
+            if fault.kind == "nan" and fault.due(
+                step=step, micro=int(self.args.per_device_train_batch_size),
+                max_length=self.max_length, rank=int(self.args.process_index),
+                attempt=self.attempt,
+            ):  # fmt: skip
+                return float("nan")
+        return None
 
     def training_step(
         self,
@@ -320,6 +353,17 @@ class ReferenceTrainer(Trainer):
         inputs: dict[str, torch.Tensor | Any],
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> torch.Tensor:
+        step = int(self.state.global_step) + 1
+        if protocol.skipped(step, self.skip_ranges):
+            if step not in self._skip_said:
+                self._skip_said.add(step)
+                logger.warning("dsguard: skipping the batches of step %d (%s)", step,
+                               protocol.SKIP_BATCHES_ENV)  # fmt: skip
+            if not self.is_deepspeed_enabled:
+                # No forward, no backward: every gradient stays None, and torch's optimizers
+                # leave a parameter without a gradient untouched (moments included).
+                inputs.pop("sample_id", None)
+                return torch.zeros((), device=self.args.device)
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self.sample_trace is not None:
             self._pending_loss += float(loss.item())
@@ -331,7 +375,7 @@ class ReferenceTrainer(Trainer):
             return
         step = int(self.state.global_step) + 1
         for fault in self.faults:
-            if fault.due(
+            if fault.kind != "nan" and fault.due(
                 step=step,
                 micro=int(self.args.per_device_train_batch_size),
                 max_length=self.max_length,
@@ -532,7 +576,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     faults = parse_faults(os.environ.get(FAULT_ENV, ""))
     # First, so the GPU memory cap is in place before anything is allocated on the device.
-    guard = DsguardCallback(reference_trainer=_zero_available())
+    guard = DsguardCallback(
+        reference_trainer=_zero_available(), extra_capabilities=[protocol.CAP_SKIP_BATCHES]
+    )
 
     tokenizer = ByteTokenizer()
     output_dir = Path(targs.output_dir or "trainer_output")
