@@ -477,6 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
     inst.add_argument("--run-as", help="system install: run the job as this user")
     inst.add_argument("--force", action="store_true", help="replace a different existing unit")
     inst.set_defaults(func=cmd_service_install)
+
+    from dsguard.cli.queue import add_parser as add_queue_parser
+
+    add_queue_parser(sub)
     return parser
 
 
