@@ -374,10 +374,19 @@ def cmd_status(ns: argparse.Namespace) -> int:
 
 
 def cmd_service_install(ns: argparse.Namespace) -> int:
-    from dsguard.cli.service import ServiceInstallError, install
+    from dsguard.cli.service import ServiceInstallError, install, install_queue
 
+    if (ns.job is None) == (not ns.queue):
+        print("dsguard service install: give a job file or --queue", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        res = install(Path(ns.job), user=ns.user, run_as=ns.run_as, force=ns.force)
+        if ns.queue:
+            from dsguard.queue.store import queue_dir
+
+            res = install_queue(user=ns.user, queue_dir=queue_dir(), slots=ns.slots,
+                                force=ns.force)  # fmt: skip
+        else:
+            res = install(Path(ns.job), user=ns.user, run_as=ns.run_as, force=ns.force)
     except JobFileError as err:
         return _print_problems(err)
     except ServiceInstallError as exc:
@@ -472,7 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
     svc = sub.add_parser("service", help="systemd integration")
     svc_sub = svc.add_subparsers(dest="service_cmd", required=True)
     inst = svc_sub.add_parser("install", help="write the unit and the job's environment file")
-    inst.add_argument("job")
+    inst.add_argument("job", nargs="?")
+    inst.add_argument(
+        "--queue",
+        action="store_true",
+        help="the queue daemon (dsguard-queue.service) instead of one job",
+    )
+    inst.add_argument("--slots", type=int, default=1, help="with --queue: CPU slots")
     inst.add_argument("--user", action="store_true", help="user manager (~/.config/systemd)")
     inst.add_argument("--run-as", help="system install: run the job as this user")
     inst.add_argument("--force", action="store_true", help="replace a different existing unit")
