@@ -47,7 +47,7 @@ def test_the_unit_keeps_jobs_alive_across_a_daemon_restart() -> None:
         "/usr/bin/env ${DSGUARD_BIN} queue run --slots ${DSGUARD_QUEUE_SLOTS}"
     ]
     assert setting("TimeoutStopSec") == [f"{QUEUE_UNIT_TIMEOUT_STOP_S}s"]
-    assert Daemon.stop_timeout_s < QUEUE_UNIT_TIMEOUT_STOP_S  # type: ignore[operator]
+    assert Daemon.stop_timeout_s < QUEUE_UNIT_TIMEOUT_STOP_S
 
 
 def test_the_repository_copy_is_the_installed_text() -> None:
