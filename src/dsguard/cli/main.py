@@ -496,6 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dsguard.cli.queue import add_parser as add_queue_parser
 
     add_queue_parser(sub)
+    from dsguard.cli.submit import add_parser as add_submit_parser
+
+    add_submit_parser(sub)
     return parser
 
 
