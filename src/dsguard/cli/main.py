@@ -404,6 +404,16 @@ def cmd_service_install(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _exit_contract(ns: argparse.Namespace) -> Any:
+    """``dsguard run``'s exit codes as the engine wants them (None: the defaults)."""
+    given = {k: getattr(ns, f"exit_{k}") for k in ("succeeded", "gave_up", "retry")}
+    if all(v is None for v in given.values()):
+        return None
+    from dsguard.exitcodes import ExitContract
+
+    return ExitContract(**{k: v for k, v in given.items() if v is not None})
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsguard",
@@ -423,6 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="job name for a quick start (default: the script name)")
     run.add_argument("--log-dir", help="log dir for a quick start (default: runs/NAME)")
     run.add_argument("--quiet", action="store_true", help="do not mirror the child's output")
+    for outcome in ("succeeded", "gave-up", "retry"):
+        run.add_argument(f"--exit-{outcome}", type=int, metavar="CODE",
+                         help=f"exit with CODE when the run {outcome.replace('-', ' ')} "
+                         "(for a cluster engine; see docs/engines.md)")  # fmt: skip
     run.set_defaults(func=cmd_run)
 
     val = sub.add_parser("validate", help="check a job file; launch nothing")
@@ -512,14 +526,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.command = args[i + 1 :]
     else:
         ns = parser.parse_args(args)
+    if ns.cmd == "run":
+        try:
+            ns.exit_contract = _exit_contract(ns)
+        except ValueError as exc:
+            parser.error(f"run: {exc}")
     try:
         result: int = ns.func(ns)
     except Exception:  # a dsguard bug: say so, and let systemd restart us (not exit 1)
         traceback.print_exc()
         print("dsguard: internal error (a bug); state.json lets a restart recover",
               file=sys.stderr)  # fmt: skip
-        return EXIT_INTERNAL_ERROR
-    return result
+        result = EXIT_INTERNAL_ERROR
+    contract = getattr(ns, "exit_contract", None)
+    return result if contract is None else int(contract.apply(result))
 
 
 if __name__ == "__main__":
