@@ -109,6 +109,13 @@ def test_without_nvml_jobs_take_cpu_slots_and_host_memory() -> None:
     assert isinstance(never, Wait) and never.impossible
 
 
+def test_a_transient_nvml_failure_holds_gpu_jobs_back() -> None:
+    blip = Unknown("NVML did not answer within 10 s (a wedged GPU?)")
+    wait = place(Want(1), blip, [], slots=1)
+    assert isinstance(wait, Wait) and "GPU state unknown" in wait.reason
+    assert place(Want(0), blip, [], slots=1) == Placement(None)  # a CPU job still runs
+
+
 # -- derived job files ------------------------------------------------------------------------
 
 

@@ -118,10 +118,15 @@ def place(
     """Where ``want`` can run now, or why it waits.
 
     Args:
-        snap: NVML now; Unknown or no devices: CPU slots only.
+        snap: NVML now; no NVML at all (a permanent Unknown) or no devices: CPU slots only;
+            a transient Unknown: GPU jobs wait.
         held: what the queue's running jobs hold.
         mem: ``(available, total)`` host memory in bytes, or None (not checked).
     """
+    if isinstance(snap, Unknown) and not snap.permanent and want.gpus > 0:
+        # NVML failed this time (a busy driver, a timeout) on a host that has it: a GPU job
+        # started now as a CPU job would get no CUDA_VISIBLE_DEVICES, i.e. every GPU.
+        return Wait(f"GPU state unknown: {snap.reason}")
     devices = snap.devices if isinstance(snap, GpuSnapshot) else ()
     if not devices or want.gpus == 0:
         return _slot(want, held, slots, mem)
