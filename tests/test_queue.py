@@ -200,7 +200,7 @@ def _trace(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.e2e
-def test_queue_heals_one_gives_up_one_and_skips_its_dependent(tmp_path: Path) -> None:
+def test_queue_heals_one_gives_up_one_and_skips_its_dependent(tmp_path: Path, qdir: Path) -> None:
     heal = _job(tmp_path, "heal", ["--scenario", "oom", "--oom_above", "2", "--fail_at_step", "3"])
     bad = _job(tmp_path, "bad", ["--scenario", "user_error", "--fail_at_step", "1"])
     dep = _job(tmp_path, "dep", [])
@@ -220,6 +220,13 @@ def test_queue_heals_one_gives_up_one_and_skips_its_dependent(tmp_path: Path) ->
     assert not (tmp_path / "dep" / "trace.jsonl").exists()
     table = _cli("queue").stdout
     assert "heal" in table and "succeeded" in table and "skipped" in table
+    events = [json.loads(x) for x in (qdir / "events.jsonl").read_text().splitlines()]
+    started = sorted(e["job"] for e in events if e["event"] == "queue_job_started")
+    assert started == ["bad", "heal"]
+    ended = {e["job"]: e["outcome"] for e in events if e["event"] == "queue_job_ended"}
+    assert ended == {"heal": "succeeded", "bad": "gave_up"}
+    skipped = [e for e in events if e["event"] == "queue_job_skipped"]
+    assert [(e["job"], e["after"]) for e in skipped] == [("dep", "bad")]
 
 
 def _wait_for(pred: Any, timeout: float = 90) -> None:
@@ -238,7 +245,7 @@ def _daemon() -> subprocess.Popen[bytes]:
 
 @pytest.mark.e2e
 def test_a_killed_daemon_restarted_adopts_the_running_job_and_runs_it_once(
-    tmp_path: Path,
+    tmp_path: Path, qdir: Path
 ) -> None:
     slow = _job(tmp_path, "slow", ["--max_steps", "16", "--step_s", "0.25"])
     nxt = _job(tmp_path, "next", [])
@@ -256,6 +263,8 @@ def test_a_killed_daemon_restarted_adopts_the_running_job_and_runs_it_once(
     run = _cli("queue", "run", "--until-empty", timeout=180)
     assert run.returncode == 0, run.stderr
     assert "slow: adopted" in run.stderr
+    events = [json.loads(x) for x in (qdir / "events.jsonl").read_text().splitlines()]
+    assert [e["job"] for e in events if e["event"] == "queue_job_adopted"] == ["slow"]
     st = _status()
     assert st["slow"]["state"] == "succeeded" and st["slow"]["starts"] == 1
     assert st["next"]["state"] == "succeeded"

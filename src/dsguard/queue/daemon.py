@@ -44,6 +44,7 @@ from dsguard.queue.alloc import GPU_BUSY_FRACTION, Held, Placement, Wait, Want, 
 from dsguard.queue.derive import dump, with_gpus
 from dsguard.queue.store import (
     DAEMON_LOCK_FILENAME,
+    EVENTS_FILENAME,
     JOBS_SUBDIR,
     TERMINAL_STATES,
     JobState,
@@ -147,6 +148,12 @@ class Daemon:
     _stopping: bool = False
     _lock_fd: int | None = None
     _probe: GpuProbe | None = None
+    _events: Any = None
+
+    def emit(self, name: str, **fields: Any) -> None:
+        """One event in the queue's own ``events.jsonl`` (the records are in core/events.py)."""
+        if self._events is not None:
+            self._events.emit(name, **fields)
 
     def say(self, text: str) -> None:
         if self.console is not None:
@@ -185,6 +192,9 @@ class Daemon:
             QueueError: another daemon runs for this queue dir.
         """
         self._lock()
+        from dsguard.run.events import EventLog
+
+        self._events = EventLog(self.store.root / EVENTS_FILENAME, run_id=f"queue-{os.getpid()}")
         try:
             self.adopt()
             while not self._stop.is_set():
@@ -220,7 +230,9 @@ class Daemon:
                 continue
             if same_process(job.pid, job.pid_create_time) and job.pid is not None:
                 self.children[job.name] = Child(job.pid, job.pid_create_time, None)
-                self.say(f"{job.name}: adopted (dsguard run pid {job.pid} still runs)")
+                why = f"dsguard run pid {job.pid} still runs"
+                self.emit("queue_job_adopted", job=job.name, pid=job.pid, reason=why)
+                self.say(f"{job.name}: adopted ({why})")
                 continue
             held = live_holder(Path(job.log_dir))
             if held is not None:
@@ -233,6 +245,7 @@ class Daemon:
         self.children[job.name] = Child(pid, ct, None)
         self.store.update(job.name, state=JobState.RUNNING, pid=pid, pid_create_time=ct,
                           reason=f"adopted: pid {pid} holds the job lock")  # fmt: skip
+        self.emit("queue_job_adopted", job=job.name, pid=pid, reason="it holds the job lock")
         self.say(f"{job.name}: adopted (pid {pid} holds its job lock)")
 
     def reap(self) -> None:
@@ -267,6 +280,7 @@ class Daemon:
                         why += f" ({pre.reason})"
                     self.store.update(job.name, state=JobState.SKIPPED, reason=why,
                                       ended_at=time.time())  # fmt: skip
+                    self.emit("queue_job_skipped", job=job.name, after=pre.name, reason=why)
                     self.say(f"{job.name}: skipped: {why}")
                     changed = True
 
@@ -286,43 +300,42 @@ class Daemon:
 
     def _finish(self, job: QueueJob, rc: int | None) -> None:
         """Record how ``job``'s ``dsguard run`` ended (``rc`` None: not our child, or unknown)."""
-        now = time.time()
-        base: dict[str, Any] = {"exit_code": rc, "pid": None, "pid_create_time": None}
         if job.state is JobState.CANCELLED:
-            self.store.update(job.name, ended_at=now, **base)
+            self._record(job, rc, JobState.CANCELLED, job.reason)
             return
         verdict = self._verdict(job)
         if self._stopping and (verdict is None or verdict[0] is JobState.STOPPED):
-            self.store.update(job.name, state=JobState.QUEUED, assigned=None, **base,
-                              reason="the queue daemon stopped; resumes at its rung")  # fmt: skip
-            return
-        if verdict is not None:
-            state, reason = verdict
-            self.store.update(job.name, state=state, reason=reason, ended_at=now, **base)
-            self.say(f"{job.name}: {state.value}" + (f": {reason}" if reason else ""))
-            return
-        if rc == EXIT_USAGE:
+            self._record(job, rc, JobState.QUEUED, "the queue daemon stopped; resumes at its rung")
+        elif verdict is not None:
+            self._record(job, rc, *verdict)
+        elif rc == EXIT_USAGE:
             held = live_holder(Path(job.log_dir))
             if held is not None:  # raced with a live supervisor of the same job: adopt it
                 self._adopt_holder(job, held)
                 return
             why = _last_line(out_path(self.store.root, job.name)) or "dsguard run refused it"
-            self.store.update(job.name, state=JobState.FAILED, reason=why, ended_at=now, **base)
-            self.say(f"{job.name}: failed: {why}")
-            return
-        self._restart_or_fail(job, rc, base)
+            self._record(job, rc, JobState.FAILED, why)
+        else:
+            how = "unknown exit" if rc is None else f"exit {rc}"
+            if job.starts >= MAX_STARTS:
+                why = f"dsguard run ended without a verdict {job.starts} times (last: {how})"
+                self._record(job, rc, JobState.FAILED, why)
+            else:
+                why = f"dsguard run ended without a verdict ({how}); starts again at its rung"
+                self._record(job, rc, JobState.QUEUED, why)
 
-    def _restart_or_fail(self, job: QueueJob, rc: int | None, base: dict[str, Any]) -> None:
-        how = "unknown exit" if rc is None else f"exit {rc}"
-        if job.starts >= MAX_STARTS:
-            why = f"dsguard run ended without a verdict {job.starts} times (last: {how})"
-            self.store.update(job.name, state=JobState.FAILED, reason=why,
-                              ended_at=time.time(), **base)  # fmt: skip
-            self.say(f"{job.name}: failed: {why}")
-            return
-        why = f"dsguard run ended without a verdict ({how}); started again, resumes at its rung"
-        self.store.update(job.name, state=JobState.QUEUED, assigned=None, reason=why, **base)
-        self.say(f"{job.name}: {why}")
+    def _record(self, job: QueueJob, rc: int | None, state: JobState, reason: str | None) -> None:
+        """Write a job's end to the queue (one transaction), its event and a console line."""
+        fields: dict[str, Any] = {"exit_code": rc, "pid": None, "pid_create_time": None,
+                                  "state": state, "reason": reason}  # fmt: skip
+        if state is JobState.QUEUED:
+            fields["assigned"] = None
+        else:
+            fields["ended_at"] = time.time()
+        self.store.update(job.name, **fields)
+        self.emit("queue_job_ended", job=job.name, outcome=state.value, reason=reason,
+                  exit_code=rc)  # fmt: skip
+        self.say(f"{job.name}: {state.value}" + (f": {reason}" if reason else ""))
 
     # -- placement and start ------------------------------------------------------------------
 
@@ -395,6 +408,9 @@ class Daemon:
             job.name, state=JobState.RUNNING, pid=popen.pid, pid_create_time=ct,
             assigned=where.gpus, starts=job.starts + 1, picked_at=picked, reason=None,
         )  # fmt: skip
+        self.emit("queue_job_started", job=job.name, pid=popen.pid, start=job.starts + 1,
+                  gpus=None if where.gpus is None else list(where.gpus),
+                  log_dir=job.log_dir)  # fmt: skip
         on = f"GPU(s) {','.join(map(str, where.gpus))}" if where.gpus else "a CPU slot"
         self.say(f"{job.name}: started on {on} (dsguard run pid {popen.pid})")
 

@@ -28,6 +28,8 @@ from typing import Any
 QUEUE_DIR_ENV = "DSGUARD_QUEUE_DIR"
 DB_FILENAME = "queue.db"
 DAEMON_LOCK_FILENAME = "daemon.lock"
+#: The daemon's own event log (queue_job_* events); each job's events are in its log dir.
+EVENTS_FILENAME = "events.jsonl"
 JOBS_SUBDIR = "jobs"
 
 
