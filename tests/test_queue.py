@@ -333,3 +333,54 @@ def test_queue_run_refuses_a_second_daemon(qdir: Path) -> None:
     finally:
         d1.terminate()
         assert d1.wait(timeout=30) == 0
+
+
+def _row(store: Store, name: str) -> Any:
+    row = store.get(name)
+    assert row is not None
+    return row
+
+
+@pytest.mark.e2e
+def test_the_daemon_hands_out_gpus_and_waits_for_their_release(tmp_path: Path, qdir: Path) -> None:
+    """Scripted NVML, real daemon pass by pass, real ``dsguard run`` children: GPU 0 is held
+    by someone else; job a gets GPU 1; b waits; when a ends, GPU 1 still shows a's memory
+    (the driver tearing the context down), so b waits until NVML shows it released."""
+    from dsguard.queue.daemon import Daemon
+
+    worker = Path(__file__).parent / "data" / "engines" / "gpu_env_worker.py"
+    fake = nvml(30 * GiB, 0)
+    store = Store(qdir)
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        job = {"name": name, "launcher": "python", "script": str(worker),
+               "args": ["--out", str(d / "cvd"), "--go", str(d / "go")],
+               "train": {"micro_batch_size": 1}, "log_dir": "runs"}  # fmt: skip
+        (d / "job.yaml").write_text(yaml.safe_dump(job))
+        assert _cli("queue", "add", str(d / "job.yaml")).returncode == 0
+    daemon = Daemon(store, gpu=lambda: snap(fake), poll_s=0.1)
+
+    def ends(name: str) -> bool:
+        daemon.tick()
+        return bool(_row(store, name).state is JobState.SUCCEEDED)
+
+    daemon.tick()
+    assert _row(store, "a").assigned == (1,)
+    assert _row(store, "b").state is JobState.QUEUED
+    assert "GPU(s) [0] hold memory" in (_row(store, "b").reason or "")
+    _wait_for((tmp_path / "a" / "cvd").exists)
+    assert (tmp_path / "a" / "cvd").read_text() == "1"
+    fake.devices[1].update(used=20 * GiB, procs=[(4321, 20 * GiB)])  # a's rank, on GPU 1
+    (tmp_path / "a" / "go").touch()
+    _wait_for(lambda: ends("a"))
+    daemon.tick()
+    b = _row(store, "b")
+    assert b.state is JobState.QUEUED and "not released yet" in (b.reason or "")
+    fake.devices[1].update(used=0, procs=[])  # the driver let go
+    daemon.tick()
+    assert _row(store, "b").assigned == (1,)
+    _wait_for((tmp_path / "b" / "cvd").exists)
+    assert (tmp_path / "b" / "cvd").read_text() == "1"
+    (tmp_path / "b" / "go").touch()
+    _wait_for(lambda: ends("b"))
