@@ -299,6 +299,31 @@ def test_a_daemon_killed_with_its_job_resumes_the_job_at_its_rung(tmp_path: Path
     assert micros[0] == 8 and micros[1:] and set(micros[1:]) == {4}, micros  # never back to 8
 
 
+@pytest.mark.e2e
+def test_stopping_the_daemon_stops_its_jobs_in_order_and_the_next_daemon_resumes_them(
+    tmp_path: Path,
+) -> None:
+    job = _job(tmp_path, "long", ["--max_steps", "16", "--step_s", "0.25", "--save_steps", "2"])
+    assert _cli("queue", "add", str(job)).returncode == 0
+    d1 = _daemon()
+    try:
+        _wait_for(lambda: any(r["event"] == "step" and r["step"] >= 3 for r in _trace(job)))
+        d1.send_signal(signal.SIGTERM)  # systemctl stop dsguard-queue
+        assert d1.wait(timeout=90) == 0
+    finally:
+        if d1.poll() is None:
+            d1.kill()
+    st = _status()["long"]
+    assert st["state"] == "queued" and "resumes at its rung" in st["reason"]
+    assert st["run"]["state"] == "stopped"  # dsguard run stopped the attempt in order
+    run = _cli("queue", "run", "--until-empty", timeout=180)
+    assert run.returncode == 0, run.stderr
+    st = _status()["long"]
+    assert st["state"] == "succeeded" and st["starts"] == 2
+    starts = [r for r in _trace(job) if r["event"] == "start"]
+    assert len(starts) == 2 and starts[1]["resume"] is not None  # from its checkpoint
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
