@@ -324,6 +324,25 @@ def test_stopping_the_daemon_stops_its_jobs_in_order_and_the_next_daemon_resumes
     assert len(starts) == 2 and starts[1]["resume"] is not None  # from its checkpoint
 
 
+@pytest.mark.e2e
+def test_a_job_cancelled_while_no_daemon_ran_is_ended_by_the_next_one(tmp_path: Path) -> None:
+    job = _job(tmp_path, "orphan", ["--max_steps", "200", "--step_s", "0.25"])
+    assert _cli("queue", "add", str(job)).returncode == 0
+    d1 = _daemon()
+    try:
+        _wait_for(lambda: any(r["event"] == "step" for r in _trace(job)))
+    finally:
+        d1.send_signal(signal.SIGKILL)
+        d1.wait()
+    pid = _status()["orphan"]["pid"]
+    assert _cli("queue", "cancel", "orphan").returncode == 0
+    os.kill(pid, 0)  # still running: nobody has ended it yet
+    run = _cli("queue", "run", "--until-empty", timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert _status()["orphan"]["state"] == "cancelled"
+    _wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout=30)
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"

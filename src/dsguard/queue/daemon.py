@@ -207,6 +207,7 @@ class Daemon:
         finally:
             if self._probe is not None:
                 self._probe.close()
+            self._events.close()
             self._unlock()
         return 0
 
@@ -226,7 +227,10 @@ class Daemon:
     def adopt(self) -> None:
         """At start: take over the jobs the last daemon left ``running``."""
         for job in self.store.jobs():
-            if job.state is not JobState.RUNNING:
+            # A job cancelled while no daemon ran may still have its dsguard run: adopted
+            # too, so that _end_cancelled ends it.
+            cancelled_live = job.state is JobState.CANCELLED and job.ended_at is None
+            if job.state is not JobState.RUNNING and not cancelled_live:
                 continue
             if same_process(job.pid, job.pid_create_time) and job.pid is not None:
                 self.children[job.name] = Child(job.pid, job.pid_create_time, None)
@@ -235,10 +239,11 @@ class Daemon:
                 self.say(f"{job.name}: adopted ({why})")
                 continue
             held = live_holder(Path(job.log_dir))
-            if held is not None:
+            if held is not None and not cancelled_live:
                 self._adopt_holder(job, held)
                 continue
-            self._finish(job, None)
+            if job.state is JobState.RUNNING or job.pid is not None:
+                self._finish(job, None)
 
     def _adopt_holder(self, job: QueueJob, held: tuple[int, float | None]) -> None:
         pid, ct = held

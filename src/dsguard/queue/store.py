@@ -243,8 +243,10 @@ class Store:
             job = _row(r)
             if job.terminal:
                 raise QueueError(f"{name}: already {job.state}")
+            # A queued job ends here; a running one when the daemon has ended its dsguard run.
+            ended = time.time() if job.state is JobState.QUEUED else None
             db.execute(
-                "UPDATE jobs SET state = ?, reason = ? WHERE name = ?",
-                (JobState.CANCELLED.value, "cancelled by `dsguard queue cancel`", name),
+                "UPDATE jobs SET state = ?, reason = ?, ended_at = ? WHERE name = ?",
+                (JobState.CANCELLED.value, "cancelled by `dsguard queue cancel`", ended, name),
             )
         return job
