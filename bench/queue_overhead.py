@@ -89,12 +89,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=10)
     ns = ap.parse_args()
+    machine = machine_info()  # before the runs: its load average is the start's
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         q, rss = queue_latency(root, ns.jobs)
         d = direct_latency(root, ns.jobs)
     result = {
-        "machine": machine_info(),
+        "machine": machine,
         "jobs": ns.jobs,
         "queue_pick_to_run_started_s": summarize(q).as_dict(),
         "direct_popen_to_run_started_s": summarize(d).as_dict(),
