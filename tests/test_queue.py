@@ -343,6 +343,26 @@ def test_a_job_cancelled_while_no_daemon_ran_is_ended_by_the_next_one(tmp_path: 
     _wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout=30)
 
 
+@pytest.mark.e2e
+def test_a_job_someone_already_supervises_is_adopted_not_started_twice(tmp_path: Path) -> None:
+    job = _job(tmp_path, "byhand", ["--max_steps", "12", "--step_s", "0.25"])
+    assert _cli("queue", "add", str(job)).returncode == 0
+    by_hand = subprocess.Popen(dsguard_cmd("run", "--quiet", str(job)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _wait_for(lambda: any(r["event"] == "step" for r in _trace(job)))
+        run = _cli("queue", "run", "--until-empty", timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert f"pid {by_hand.pid} holds its job lock" in run.stderr
+        assert by_hand.wait(timeout=60) == 0
+    finally:
+        if by_hand.poll() is None:
+            by_hand.kill()
+    st = _status()["byhand"]
+    assert st["state"] == "succeeded" and st["starts"] == 0
+    assert [r["event"] for r in _trace(job)].count("start") == 1
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
