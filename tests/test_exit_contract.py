@@ -80,3 +80,28 @@ def test_a_stopped_run_exits_with_the_retry_code(tmp_path: Path) -> None:
 def test_bad_contract_is_a_usage_error(tmp_path: Path) -> None:
     write_job(tmp_path, [])
     assert run(tmp_path, "--exit-gave-up", "0") == EXIT_USAGE
+
+
+@pytest.mark.e2e
+def test_the_job_files_exit_codes_apply_and_a_flag_overrides_them(tmp_path: Path) -> None:
+    trainer = ["--scenario", "user_error", "--fail_at_step", "1"]
+    write_job(tmp_path, trainer, exit_codes={"gave_up": NVRX_NO_RESTART})
+    assert run(tmp_path) == NVRX_NO_RESTART
+    write_job(tmp_path, trainer, exit_codes={"gave_up": NVRX_NO_RESTART}, log_dir="runs2")
+    assert run(tmp_path, "--exit-gave-up", "94") == 94
+
+
+def test_bad_exit_codes_in_the_job_file_launch_nothing(tmp_path: Path) -> None:
+    path = write_job(tmp_path, [], exit_codes={"gave_up": 5, "retry": 5})
+    res = subprocess.run(dsguard_cmd("run", "job.yaml"), cwd=tmp_path, capture_output=True,
+                         text=True, check=False, timeout=60)  # fmt: skip
+    assert res.returncode == EXIT_USAGE
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "exit_codes" in t)
+    assert f"job.yaml:{line}: exit_codes: the succeeded, gave-up and retry codes must differ" in (
+        res.stderr
+    )
+    assert not (tmp_path / "trace.jsonl").exists()
+    write_job(tmp_path, [], exit_codes={"gave_up": 0})
+    res = subprocess.run(dsguard_cmd("validate", "job.yaml"), cwd=tmp_path, capture_output=True,
+                         text=True, check=False, timeout=60)  # fmt: skip
+    assert res.returncode == EXIT_USAGE and "exit_codes.gave_up" in res.stderr

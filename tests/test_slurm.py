@@ -113,6 +113,13 @@ def test_multi_node_without_torchrun_and_bad_options_launch_nothing(tmp_path: Pa
     assert not (tmp_path / "out" / ".dsguard-slurm" / "slurmy.sbatch").exists()
 
 
+def test_the_job_files_gave_up_code_is_the_scripts(tmp_path: Path) -> None:
+    job = slurm_job(tmp_path, [], exit_codes={"gave_up": 93})
+    assert submit(str(job), "--dry-run").returncode == 0
+    script = (tmp_path / "out" / ".dsguard-slurm" / "slurmy.sbatch").read_text()
+    assert '[ "$rc" != 93 ]' in script  # a give-up is never requeued, whatever its number
+
+
 def test_render_is_pure_text() -> None:
     text = render_script(SlurmSpec("j", signal_s=90), [Path("/s/job.yaml")],
                          dsguard_bin="/b/dsguard", out_dir=Path("/s"), gave_up_code=7)  # fmt: skip

@@ -108,6 +108,11 @@ def cmd_run(ns: argparse.Namespace) -> int:
             return EXIT_USAGE
     except JobFileError as err:
         return _print_problems(err)
+    try:
+        ns.exit_contract = _exit_contract(ns, job)
+    except ValueError as exc:
+        print(f"dsguard run: exit codes: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     unusable = _log_dir_unusable(job.log_dir)
     if unusable is not None:
         print(f"dsguard run: log_dir: {unusable}", file=sys.stderr)
@@ -404,9 +409,21 @@ def cmd_service_install(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _exit_contract(ns: argparse.Namespace) -> Any:
-    """``dsguard run``'s exit codes as the engine wants them (None: the defaults)."""
-    given = {k: getattr(ns, f"exit_{k}") for k in ("succeeded", "gave_up", "retry")}
+def _exit_contract(ns: argparse.Namespace, job: Job | None = None) -> Any:
+    """``dsguard run``'s exit codes as the engine wants them: the job file's ``exit_codes:``,
+    each overridden by its ``--exit-*`` flag (None: the defaults).
+
+    Raises:
+        ValueError: the codes break the contract's rules (the same code twice, ...).
+    """
+    given = {k: getattr(ns, f"exit_{k}", None) for k in ("succeeded", "gave_up", "retry")}
+    if job is not None:
+        from dataclasses import asdict
+
+        from dsguard.job.model import ExitCodes
+
+        if job.exit_codes != ExitCodes():
+            given = {k: v if v is not None else asdict(job.exit_codes)[k] for k, v in given.items()}
     if all(v is None for v in given.values()):
         return None
     from dsguard.exitcodes import ExitContract

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsguard.errors import JobFileError
-from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_OK, EXIT_USAGE
+from dsguard.exitcodes import EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:  # imported where used: every dsguard command builds this parser
     from dsguard.cluster.slurm import SlurmSpec
@@ -29,7 +29,7 @@ def slurm_dir_of(job: Job) -> Path:
     return job.log_dir.with_name(f"{job.log_dir.name}-slurm")
 
 
-def write_files(job: Job, spec: SlurmSpec, gave_up_code: int, dsguard_bin: str) -> Path:
+def write_files(job: Job, spec: SlurmSpec, dsguard_bin: str) -> Path:
     """Write the derived job file(s) and the script; return the script's path.
 
     Raises:
@@ -63,8 +63,11 @@ def write_files(job: Job, spec: SlurmSpec, gave_up_code: int, dsguard_bin: str) 
         load_job(path, writable=True)
         files.append(path)
     script = out_dir / f"{job.name}.sbatch"
+    # The job file's exit_codes: reach the script through the derived job file, which
+    # dsguard run reads; the script must read the same numbers.
     text = render_script(spec, files, dsguard_bin=dsguard_bin, out_dir=out_dir,
-                         gave_up_code=gave_up_code)  # fmt: skip
+                         gave_up_code=job.exit_codes.gave_up,
+                         succeeded_code=job.exit_codes.succeeded)  # fmt: skip
     write_atomic(script, text.encode(), mode=0o700)
     return script
 
@@ -100,7 +103,7 @@ def cmd_submit(ns: argparse.Namespace) -> int:
         return EXIT_USAGE
     assert binary is not None
     try:
-        script = write_files(job, spec, EXIT_GAVE_UP, str(binary.absolute()))
+        script = write_files(job, spec, str(binary.absolute()))
     except JobFileError as err:
         for p in err.problems:
             print(str(p), file=sys.stderr)

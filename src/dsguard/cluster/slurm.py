@@ -90,7 +90,7 @@ def _directives(spec: SlurmSpec, out_dir: Path) -> list[str]:
 
 def render_script(
     spec: SlurmSpec, job_files: Sequence[Path], *, dsguard_bin: str, out_dir: Path,
-    gave_up_code: int,
+    gave_up_code: int, succeeded_code: int = 0,
 ) -> str:  # fmt: skip
     """The batch script. ``job_files``: one per node (node K runs ``job_files[K]``)."""
     q = shlex.quote
@@ -130,7 +130,8 @@ def render_script(
         "# wait returns early when the trap runs; wait again until dsguard has really exited.",
         'while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done',
         'echo "dsguard-slurm: dsguard exited $rc"',
-        f'if [ "$warned" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != {gave_up_code} ]; then',
+        f'if [ "$warned" = 1 ] && [ "$rc" != {succeeded_code} ] &&'
+        f' [ "$rc" != {gave_up_code} ]; then',
         '  echo "dsguard-slurm: requeued; the next start continues at the same rung"',
         '  scontrol requeue "$SLURM_JOB_ID" || true',
         "fi",

@@ -49,6 +49,7 @@ from dsguard.job.model import (
     LAUNCHER_NAMES,
     CheckpointSpec,
     DeepSpeedSpec,
+    ExitCodes,
     Job,
     Ladder,
     LauncherKind,
@@ -168,6 +169,15 @@ class ResourcesSection(Section):
     host_memory_limit: int | str | None = spec(IntOrStr(), None)
 
 
+class ExitCodesSection(Section):
+    """issue 16: how ``dsguard run`` numbers its outcomes for a cluster engine
+    (docs/engines.md); the CLI's ``--exit-*`` flags override it."""
+
+    succeeded: int | None = spec(Int(ge=0, le=255), None)
+    gave_up: int | None = spec(Int(ge=1, le=255), None)
+    retry: int | None = spec(Int(ge=1, le=255), None)
+
+
 class _TopSection(Section):
     """The top-level scalars; the sections are validated one by one (see :func:`_validate`)."""
 
@@ -192,6 +202,7 @@ _SECTIONS: dict[str, type[Section]] = {
     "ladder": LadderSection,
     "limits": LimitsSection,
     "resources": ResourcesSection,
+    "exit_codes": ExitCodesSection,
 }
 #: Sections (and lists/maps) where an empty ``key:`` (YAML null) just means "not given":
 #: templates often keep the key with every entry commented out.
@@ -843,6 +854,7 @@ def load_job(path: Path, *, writable: bool = False) -> Job:
         ladder=section("ladder", LadderSection),
         limits=section("limits", LimitsSection),
         resources=section("resources", ResourcesSection),
+        exit_codes=section("exit_codes", ExitCodesSection),
     )
     job = _build(ctx, base_dir, source, parsed, writable=writable)
     if job is None and not ctx.problems:  # every path to None records why; never raise empty
@@ -893,6 +905,7 @@ class _Sections:
     ladder: _Checked[LadderSection] | None
     limits: _Checked[LimitsSection] | None
     resources: _Checked[ResourcesSection] | None = None
+    exit_codes: _Checked[ExitCodesSection] | None = None
 
 
 _SIZE_UNITS = {
@@ -1293,6 +1306,7 @@ def _build(
     ladder = _build_ladder(ctx, parsed.ladder)
     limits = _build_limits(ctx, parsed.limits, knobs)
     resources = _build_resources(ctx, parsed.resources)
+    exit_codes = _build_exit_codes(ctx, parsed.exit_codes)
     log_dir = _build_log_dir(ctx, top_c, base_dir, writable=writable)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
         return None
@@ -1319,4 +1333,27 @@ def _build(
         limits=limits,
         log_dir=log_dir,
         resources=resources,
+        exit_codes=exit_codes,
     )
+
+
+# -- issue 16: exit_codes ----------------------------------------------------------------------
+
+
+def _build_exit_codes(ctx: _Context, parsed: _Checked[ExitCodesSection] | None) -> ExitCodes:
+    """The ``exit_codes:`` section, checked by the same rules as ``--exit-*``
+    (:class:`dsguard.exitcodes.ExitContract`): distinct codes, 2 and 0 never "gave up" or
+    "retry"."""
+    from dsguard.exitcodes import ExitContract
+
+    if parsed is None or parsed.model is None:
+        return ExitCodes()
+    m = parsed.model
+    given = {k: v for k, v in (("succeeded", m.succeeded), ("gave_up", m.gave_up),
+                               ("retry", m.retry)) if v is not None}  # fmt: skip
+    try:
+        ExitContract(**given)
+    except ValueError as exc:
+        ctx.add(("exit_codes",), str(exc))
+        return ExitCodes()
+    return ExitCodes(**given)
