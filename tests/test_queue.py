@@ -212,6 +212,9 @@ def test_queue_heals_one_gives_up_one_and_skips_its_dependent(tmp_path: Path, qd
     st = _status()
     assert st["heal"]["state"] == "succeeded" and st["heal"]["starts"] == 1
     assert st["heal"]["run"]["attempt"] == 3
+    assert st["heal"]["run"]["rung"] == "oom:micro_batch"  # halved twice on the first rung
+    assert st["heal"]["run"]["checkpoint_step"] == 6  # its newest checkpoint-N (max_steps 6)
+    assert isinstance(st["heal"]["run"]["checkpoint_age_s"], float)
     starts = [(r["micro"], r["accum"]) for r in _trace(heal) if r["event"] == "start"]
     assert starts == [(8, 1), (4, 2), (2, 4)]
     assert st["bad"]["state"] == "gave_up"
@@ -220,6 +223,7 @@ def test_queue_heals_one_gives_up_one_and_skips_its_dependent(tmp_path: Path, qd
     assert not (tmp_path / "dep" / "trace.jsonl").exists()
     table = _cli("queue").stdout
     assert "heal" in table and "succeeded" in table and "skipped" in table
+    assert "oom:micro_batch" in table
     events = [json.loads(x) for x in (qdir / "events.jsonl").read_text().splitlines()]
     started = sorted(e["job"] for e in events if e["event"] == "queue_job_started")
     assert started == ["bad", "heal"]

@@ -115,16 +115,30 @@ def job_view(job: QueueJob, now: float) -> dict[str, Any]:
         ckpt = d.get("checkpoint") or {}
         view["run"] = {
             "state": d.get("state"), "attempt": d.get("attempt"), "positions": d.get("positions"),
+            "rung": _rung_names(job.job_file, d.get("positions")),
             "knobs": d.get("knobs"), "last_step": hb.get("last_step"),
             "checkpoint_step": ckpt.get("step"), "checkpoint_age_s": ckpt.get("age_s"),
         }  # fmt: skip
     return view
 
 
-def _rung(positions: object) -> str:
+def _rung_names(job_file: str, positions: object) -> str | None:
+    """The rung each ladder is at (``positions``: ladder -> index of the rung being applied),
+    by name from the job's own ladder, e.g. ``oom:micro_batch``; None when not on a ladder."""
     if not isinstance(positions, dict) or not positions:
-        return "-"
-    return ",".join(f"{k}:{v}" for k, v in sorted(positions.items()))
+        return None
+    from dsguard.job.file import load_job
+
+    try:
+        ladder = load_job(Path(job_file)).ladder
+    except (JobFileError, OSError):
+        return ",".join(f"{k}:{v}" for k, v in sorted(positions.items()))
+    out = []
+    for name, index in sorted(positions.items()):
+        rungs = getattr(ladder, name, ())
+        ok = isinstance(index, int) and 0 <= index < len(rungs)
+        out.append(f"{name}:{rungs[index] if ok else index}")
+    return ",".join(out)
 
 
 def render_table(views: Sequence[dict[str, Any]]) -> str:
@@ -133,7 +147,7 @@ def render_table(views: Sequence[dict[str, Any]]) -> str:
     for v in views:
         run = v["run"] or {}
         rows.append([
-            v["name"], v["state"], str(run.get("attempt") or "-"), _rung(run.get("positions")),
+            v["name"], v["state"], str(run.get("attempt") or "-"), run.get("rung") or "-",
             ",".join(map(str, v["gpus"])) if v["gpus"] else "-",
             str(run["last_step"]) if run.get("last_step") is not None else "-",
             _age(run.get("checkpoint_age_s")), v["reason"] or "",
