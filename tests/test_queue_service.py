@@ -75,7 +75,7 @@ def test_install_writes_unit_and_env_and_the_env_runs_the_queue(
         env=env, capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0 and "the queue is empty" in out.stdout, out.stderr
-    assert (qdir / "queue.db").is_file()
+    assert not qdir.exists()  # a read does not create the queue
     again = install_queue(user=True, queue_dir=qdir, dsguard_bin=dsguard_bin,
                           unit_dir=tmp_path / "u", env_dir=tmp_path / "e",
                           environ={"HOME": str(tmp_path)}, linger_dir=tmp_path)  # fmt: skip

@@ -160,6 +160,13 @@ def render_table(views: Sequence[dict[str, Any]]) -> str:
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
+    from dsguard.queue.store import DB_FILENAME, queue_dir
+
+    root = queue_dir()
+    if not (root / DB_FILENAME).is_file():  # a read must not create the queue
+        print(json.dumps({"queue_dir": str(root), "jobs": []}, indent=2) if ns.json
+              else f"the queue is empty ({root})")  # fmt: skip
+        return EXIT_OK
     store = _store()
     now = time.time()
     views = [job_view(j, now) for j in store.jobs()]
