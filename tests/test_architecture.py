@@ -284,3 +284,11 @@ def test_no_function_longer_than_the_limit() -> None:
     }
     stale = LONG_FUNCTION_ALLOWED - set(found)
     assert not stale, f"no longer needed in LONG_FUNCTION_ALLOWED, remove: {sorted(stale)}"
+
+
+def test_queue_and_cluster_keep_their_documented_edges() -> None:
+    """issue 16: the queue drives ``dsguard run`` children through job files and the run
+    unit's lock and state readers, never the commands; the cluster scripts are pure text."""
+    graph = unit_graph(SRC)
+    assert set(graph.get("queue", {})) <= {"job", "host", "run", "errors", "exitcodes"}
+    assert set(graph.get("cluster", {})) == set()

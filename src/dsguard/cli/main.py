@@ -117,6 +117,11 @@ def cmd_run(ns: argparse.Namespace) -> int:
             return EXIT_USAGE
     except JobFileError as err:
         return _print_problems(err)
+    try:
+        ns.exit_contract = _exit_contract(ns, job)
+    except ValueError as exc:
+        print(f"dsguard run: exit codes: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     unusable = _log_dir_unusable(job.log_dir)
     if unusable is not None:
         print(f"dsguard run: log_dir: {unusable}", file=sys.stderr)
@@ -472,10 +477,19 @@ def cmd_status(ns: argparse.Namespace) -> int:
 
 
 def cmd_service_install(ns: argparse.Namespace) -> int:
-    from dsguard.cli.service import ServiceInstallError, install
+    from dsguard.cli.service import ServiceInstallError, install, install_queue
 
+    if (ns.job is None) == (not ns.queue):
+        print("dsguard service install: give a job file or --queue", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        res = install(Path(ns.job), user=ns.user, run_as=ns.run_as, force=ns.force)
+        if ns.queue:
+            from dsguard.queue.store import queue_dir
+
+            res = install_queue(user=ns.user, queue_dir=queue_dir(), slots=ns.slots,
+                                force=ns.force)  # fmt: skip
+        else:
+            res = install(Path(ns.job), user=ns.user, run_as=ns.run_as, force=ns.force)
     except JobFileError as err:
         return _print_problems(err)
     except ServiceInstallError as exc:
@@ -497,6 +511,28 @@ def _cmd_init(ns: argparse.Namespace) -> int:
     from dsguard.cli.init import cmd_init
 
     return cmd_init(ns)
+
+
+def _exit_contract(ns: argparse.Namespace, job: Job | None = None) -> Any:
+    """``dsguard run``'s exit codes as the engine wants them: the job file's ``exit_codes:``,
+    each overridden by its ``--exit-*`` flag (None: the defaults).
+
+    Raises:
+        ValueError: the codes break the contract's rules (the same code twice, ...).
+    """
+    given = {k: getattr(ns, f"exit_{k}", None) for k in ("succeeded", "gave_up", "retry")}
+    if job is not None:
+        from dataclasses import asdict
+
+        from dsguard.job.model import ExitCodes
+
+        if job.exit_codes != ExitCodes():
+            given = {k: v if v is not None else asdict(job.exit_codes)[k] for k, v in given.items()}
+    if all(v is None for v in given.values()):
+        return None
+    from dsguard.exitcodes import ExitContract
+
+    return ExitContract(**{k: v for k, v in given.items() if v is not None})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -527,6 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-limit", metavar="SIZE",
         help="quick start: resources.host_memory_limit (RLIMIT_AS per process), e.g. 6GiB",
     )  # fmt: skip
+    for outcome in ("succeeded", "gave-up", "retry"):
+        run.add_argument(f"--exit-{outcome}", type=int, metavar="CODE",
+                         help=f"exit with CODE when the run {outcome.replace('-', ' ')} "
+                         "(for a cluster engine; see docs/engines.md)")  # fmt: skip
     run.set_defaults(func=cmd_run)
 
     ini = sub.add_parser(
@@ -599,11 +639,24 @@ def build_parser() -> argparse.ArgumentParser:
     svc = sub.add_parser("service", help="systemd integration")
     svc_sub = svc.add_subparsers(dest="service_cmd", required=True)
     inst = svc_sub.add_parser("install", help="write the unit and the job's environment file")
-    inst.add_argument("job")
+    inst.add_argument("job", nargs="?")
+    inst.add_argument(
+        "--queue",
+        action="store_true",
+        help="the queue daemon (dsguard-queue.service) instead of one job",
+    )
+    inst.add_argument("--slots", type=int, default=1, help="with --queue: CPU slots")
     inst.add_argument("--user", action="store_true", help="user manager (~/.config/systemd)")
     inst.add_argument("--run-as", help="system install: run the job as this user")
     inst.add_argument("--force", action="store_true", help="replace a different existing unit")
     inst.set_defaults(func=cmd_service_install)
+
+    from dsguard.cli.queue import add_parser as add_queue_parser
+
+    add_queue_parser(sub)
+    from dsguard.cli.submit import add_parser as add_submit_parser
+
+    add_submit_parser(sub)
     return parser
 
 
@@ -617,14 +670,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.command = args[i + 1 :]
     else:
         ns = parser.parse_args(args)
+    if ns.cmd == "run":
+        try:
+            ns.exit_contract = _exit_contract(ns)
+        except ValueError as exc:
+            parser.error(f"run: {exc}")
     try:
         result: int = ns.func(ns)
     except Exception:  # a dsguard bug: say so, and let systemd restart us (not exit 1)
         traceback.print_exc()
         print("dsguard: internal error (a bug); state.json lets a restart recover",
               file=sys.stderr)  # fmt: skip
-        return EXIT_INTERNAL_ERROR
-    return result
+        result = EXIT_INTERNAL_ERROR
+    contract = getattr(ns, "exit_contract", None)
+    return result if contract is None else int(contract.apply(result))
 
 
 if __name__ == "__main__":

@@ -410,3 +410,132 @@ def _group_name(gid: int) -> str:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
+
+
+# -- issue 16: the queue daemon's unit -----------------------------------------------------------
+
+QUEUE_UNIT_NAME = "dsguard-queue.service"
+#: How long the queue daemon waits for its jobs' dsguard runs to save and stop
+#: (``Daemon.stop_timeout_s``); the unit's TimeoutStopSec leaves room above it.
+QUEUE_UNIT_TIMEOUT_STOP_S = 150
+
+QUEUE_UNIT_TEXT = """\
+# dsguard-queue.service: the dsguard queue daemon (`dsguard queue run`); each queued job runs
+# as its own `dsguard run` child with its own lock, log dir and events.
+#
+# Installed by `dsguard service install --queue [--user]`, which also writes
+# %E/dsguard/queue.env (DSGUARD_BIN, DSGUARD_QUEUE_DIR, DSGUARD_QUEUE_SLOTS and the shell
+# environment training needs). Add jobs with `dsguard queue add JOB.yaml`; see them with
+# `dsguard queue`. Change settings in a drop-in (`systemctl [--user] edit dsguard-queue`).
+
+[Unit]
+Description=dsguard queue: self-healing training jobs, one after another
+After=network-online.target remote-fs.target
+Wants=network-online.target
+StartLimitIntervalSec=1h
+StartLimitBurst=5
+
+[Service]
+Type=simple
+EnvironmentFile=%E/dsguard/queue.env
+ExecStart=/usr/bin/env ${DSGUARD_BIN} queue run --slots ${DSGUARD_QUEUE_SLOTS}
+WorkingDirectory=~
+Environment=PYTHONUNBUFFERED=1
+SyslogIdentifier=dsguard-queue
+# A crashed daemon is restarted; it adopts every job whose dsguard run still runs (the
+# queue's SQLite record has its pid and start time) and starts again, at its ladder rung,
+# every job whose dsguard run died with it.
+Restart=on-failure
+RestartSec=10s
+# 2: another queue daemon already runs for this queue dir (a restart would not help).
+RestartPreventExitStatus=2
+# process: a restart (crash, watchdog) must not kill the jobs' dsguard runs with the daemon;
+# the new daemon adopts them. A stop goes through the daemon: SIGTERM to it, it sends SIGTERM
+# to each job's dsguard run (which saves and stops its attempt) and waits for them, and the
+# jobs resume at their rungs at the next start.
+KillMode=process
+KillSignal=SIGTERM
+# > the daemon's wait for its jobs to stop (120 s) + margin.
+TimeoutStopSec=150s
+# A rank killed by the OOM killer is a job failure for that job's dsguard to heal.
+OOMPolicy=continue
+TasksMax=infinity
+NoNewPrivileges=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+# Not set, for the reasons given in dsguard@.service: PrivateDevices=, ProtectHome=,
+# ProtectSystem=strict, PrivateTmp=, PrivateIPC=, MemoryDenyWriteExecute=.
+PrivateTmp=no
+
+[Install]
+WantedBy=default.target
+"""
+
+
+def render_queue_env_file(
+    dsguard_bin: Path, queue_dir: Path, slots: int, environ: Mapping[str, str]
+) -> str:
+    lines = [
+        "# Environment of dsguard-queue.service, written by `dsguard service install --queue`.",
+        "# Edit freely (systemctl restart to apply); reinstalling rewrites this file.",
+        _quote("DSGUARD_BIN", str(dsguard_bin)),
+        _quote("DSGUARD_QUEUE_DIR", str(queue_dir)),
+        _quote("DSGUARD_QUEUE_SLOTS", str(slots)),
+        "# Copied from the installing shell: a service does not get your login environment.",
+    ]
+    for key in sorted(environ):
+        if key in CAPTURED_ENV or key.startswith(CAPTURED_PREFIXES):
+            lines.append(_quote(key, environ[key]))
+    return "\n".join(lines) + "\n"
+
+
+def install_queue(
+    *,
+    user: bool,
+    queue_dir: Path,
+    slots: int = 1,
+    dsguard_bin: Path | None = None,
+    unit_dir: Path | None = None,
+    env_dir: Path | None = None,
+    force: bool = False,
+    environ: Mapping[str, str] | None = None,
+    linger_dir: Path = LINGER_DIR,
+) -> InstallResult:
+    """Write ``dsguard-queue.service`` and ``%E/dsguard/queue.env`` (see :func:`install`).
+
+    Raises:
+        ServiceInstallError: no usable dsguard binary, or a value an env file cannot hold.
+        OSError: a directory is not writable.
+    """
+    env = os.environ if environ is None else environ
+    binary = _checked_binary(dsguard_bin)
+    if unit_dir is None:
+        unit_dir = _config_home(env) / "systemd" / "user" if user else Path("/etc/systemd/system")
+    env_dir_default = env_dir is None
+    if env_dir is None:
+        env_dir = _config_home(env) / "dsguard" if user else Path("/etc/dsguard")
+    notes: list[str] = []
+    unit_path = unit_dir / QUEUE_UNIT_NAME
+    try:
+        existing: str | None = unit_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        existing = None
+    if existing == QUEUE_UNIT_TEXT:
+        action = "unchanged"
+    elif existing is None or force:
+        _write_atomic(unit_path, QUEUE_UNIT_TEXT, 0o644)
+        action = "written" if existing is None else "updated"
+    else:
+        action = "kept"
+        notes.append(f"{unit_path} differs from this dsguard's unit; --force replaces it")
+    env_path = env_dir / "queue.env"
+    _write_atomic(env_path, render_queue_env_file(binary, queue_dir.absolute(), slots, env), 0o600)
+    systemctl = "systemctl --user" if user else "systemctl"
+    commands = [f"{systemctl} daemon-reload && {systemctl} enable --now dsguard-queue"]
+    if user:
+        _user_manager_advice(env, env_dir_default, linger_dir, commands, notes)
+    notes.append("add jobs: dsguard queue add JOB.yaml; see them: dsguard queue")
+    return InstallResult(
+        job="(queue)", unit_path=unit_path, unit_action=action, env_path=env_path,
+        dropin_path=None, commands=tuple(commands), notes=tuple(notes),
+    )  # fmt: skip

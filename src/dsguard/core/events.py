@@ -785,5 +785,56 @@ EVENTS.update(
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 
+# -- issue 16: the overnight queue ---------------------------------------------------------------
+# Written by `dsguard queue run` to the queue dir's own events.jsonl (each job's `dsguard run`
+# keeps its own log in its log dir); appended here so parallel additions merge as blocks.
+
+
+class QueueJobStarted(Event):
+    """The queue daemon started a job's ``dsguard run`` (``gpus`` None: a CPU slot);
+    ``start`` counts the job's starts (a second one resumes it at its rung)."""
+
+    job: str
+    pid: int
+    gpus: list[int] | None
+    start: int
+    log_dir: str
+
+
+class QueueJobAdopted(Event):
+    """A restarted daemon found the job's ``dsguard run`` still alive (its recorded pid and
+    start time, or the holder of the job lock) and took it over instead of starting another."""
+
+    job: str
+    pid: int
+    reason: str
+
+
+class QueueJobEnded(Event):
+    """A job's ``dsguard run`` ended: ``outcome`` is the queue state it left the job in
+    (``succeeded``, ``gave_up``, ``stopped``, ``failed``, ``cancelled``, or ``queued`` when it
+    is started again); ``exit_code`` None when the daemon could not see it (adopted)."""
+
+    job: str
+    outcome: str
+    reason: str | None
+    exit_code: int | None
+
+
+class QueueJobSkipped(Event):
+    """A job was never started: its ``--after`` predecessor did not succeed."""
+
+    job: str
+    after: str
+    reason: str
+
+
+EVENTS.update({
+    "queue_job_started": QueueJobStarted, "queue_job_adopted": QueueJobAdopted,
+    "queue_job_ended": QueueJobEnded, "queue_job_skipped": QueueJobSkipped,
+})  # fmt: skip
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
+
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

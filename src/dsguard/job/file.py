@@ -58,6 +58,7 @@ from dsguard.job.model import (
     DataSpec,
     DeepSpeedSpec,
     DivergencePolicy,
+    ExitCodes,
     Job,
     KnobDelivery,
     KnobsFile,
@@ -184,6 +185,15 @@ class ResourcesSection(Section):
     host_memory_via: str | None = spec(OneOf(("auto", "rlimit_as")), None)
 
 
+class ExitCodesSection(Section):
+    """issue 16: how ``dsguard run`` numbers its outcomes for a cluster engine
+    (docs/engines.md); the CLI's ``--exit-*`` flags override it."""
+
+    succeeded: int | None = spec(Int(ge=0, le=255), None)
+    gave_up: int | None = spec(Int(ge=1, le=255), None)
+    retry: int | None = spec(Int(ge=1, le=255), None)
+
+
 class _TopSection(Section):
     """The top-level scalars; the sections are validated one by one (see :func:`_validate`)."""
 
@@ -245,6 +255,7 @@ _SECTIONS: dict[str, type[Section]] = {
     "resources": ResourcesSection,
     "metrics": MetricsSection,
     "divergence": DivergenceSection,
+    "exit_codes": ExitCodesSection,
 }
 #: Sections (and lists/maps) where an empty ``key:`` (YAML null) just means "not given":
 #: templates often keep the key with every entry commented out.
@@ -914,6 +925,7 @@ def load_job(path: Path, *, writable: bool = False) -> Job:
         knobs_file=section("knobs_file", KnobsFileSection),
         data=section("data", DataSection),
         divergence=section("divergence", DivergenceSection),
+        exit_codes=section("exit_codes", ExitCodesSection),
     )
     job = _build(ctx, base_dir, source, parsed, writable=writable)
     outputs = _build_outputs(ctx, parsed, base_dir)
@@ -971,6 +983,7 @@ class _Sections:
     knobs_file: _Checked[KnobsFileSection] | None = None
     data: _Checked[DataSection] | None = None
     divergence: _Checked[DivergenceSection] | None = None
+    exit_codes: _Checked[ExitCodesSection] | None = None
 
 
 _SIZE_UNITS = {
@@ -1698,6 +1711,7 @@ def _build(
     data_spec = _build_data(parsed.data, args, delivery, flag_map)
     resources = _build_resources(ctx, parsed.resources)
     divergence = _build_divergence(ctx, parsed.divergence, checkpoints)
+    exit_codes = _build_exit_codes(ctx, parsed.exit_codes)
     log_dir = _build_log_dir(ctx, top_c, base_dir, writable=writable)
     if top is None or workdir is None or python is None or knobs is None or ctx.problems:
         return None
@@ -1727,6 +1741,7 @@ def _build(
         delivery=delivery,
         data=data_spec,
         divergence=divergence,
+        exit_codes=exit_codes,
     )
 
 
@@ -1760,3 +1775,25 @@ def _build_outputs(ctx: _Context, parsed: _Sections, base_dir: Path) -> Outputs:
             elif not textfile.parent.is_dir():
                 ctx.add(("metrics", "textfile"), f"directory not found: {textfile.parent}")
     return Outputs(notify=tuple(urls), metrics_textfile=textfile, metrics_http_port=port)
+
+
+# -- issue 16: exit_codes ----------------------------------------------------------------------
+
+
+def _build_exit_codes(ctx: _Context, parsed: _Checked[ExitCodesSection] | None) -> ExitCodes:
+    """The ``exit_codes:`` section, checked by the same rules as ``--exit-*``
+    (:class:`dsguard.exitcodes.ExitContract`): distinct codes, 2 and 0 never "gave up" or
+    "retry"."""
+    from dsguard.exitcodes import ExitContract
+
+    if parsed is None or parsed.model is None:
+        return ExitCodes()
+    m = parsed.model
+    given = {k: v for k, v in (("succeeded", m.succeeded), ("gave_up", m.gave_up),
+                               ("retry", m.retry)) if v is not None}  # fmt: skip
+    try:
+        ExitContract(**given)
+    except ValueError as exc:
+        ctx.add(("exit_codes",), str(exc))
+        return ExitCodes()
+    return ExitCodes(**given)

@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED
 from dsguard.job.knobs import Knobs
 
 
@@ -259,6 +260,16 @@ class DataSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ExitCodes:
+    """issue 16: the job file's ``exit_codes:`` (the defaults are ``dsguard.exitcodes``'s;
+    ``retry`` None keeps 128+N and 70 as they are). See docs/engines.md."""
+
+    succeeded: int = EXIT_SUCCEEDED
+    gave_up: int = EXIT_GAVE_UP
+    retry: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     name: str
     #: The job file, or None for a quick-start command line.
@@ -287,6 +298,7 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     log_dir: Path = Path("runs")
     resources: Resources = field(default_factory=Resources)
+    exit_codes: ExitCodes = field(default_factory=ExitCodes)
     divergence: DivergencePolicy = field(default_factory=DivergencePolicy)
     #: How the knobs reach a script that does not take HF flags (issue 14).
     delivery: KnobDelivery = field(default_factory=KnobDelivery)

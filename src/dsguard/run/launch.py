@@ -113,7 +113,13 @@ def _replace_flag(args: Sequence[str], flag: str, value: str) -> list[str]:
     return out
 
 
-def _launcher_prefix(job: Job) -> list[str]:
+#: Set by a cluster engine (or the job's env) when torchrun must join a multi-node
+#: rendezvous: torchrun reads every option from ``PET_<OPTION>`` (torch.distributed.run), so
+#: dsguard then drops ``--standalone``, which would override the rendezvous with a local one.
+TORCHRUN_NNODES_ENV = "PET_NNODES"
+
+
+def _launcher_prefix(job: Job, env: Mapping[str, str] | None = None) -> list[str]:
     target = ["-m", job.module] if job.module is not None else [str(job.script)]
     py = job.python
     if job.launcher is LauncherKind.PYTHON:
@@ -128,6 +134,9 @@ def _launcher_prefix(job: Job) -> list[str]:
         if job.module is not None:
             return [*head, "--module", job.module]
         return [*head, str(job.script)]
+    if job.launcher is LauncherKind.TORCHRUN and env is not None and TORCHRUN_NNODES_ENV in env:
+        nproc = [] if "PET_NPROC_PER_NODE" in env else [f"--nproc_per_node={job.world_size}"]
+        return [py, "-m", "torch.distributed.run", *nproc, *target]
     if job.launcher is LauncherKind.TORCHRUN:
         return [
             py, "-m", "torch.distributed.run", "--standalone",
@@ -241,7 +250,7 @@ def build_command(
                 for a in args
             ]
     args = _dotlist_args(job, knobs, args)
-    argv = _launcher_prefix(job) + args + knob_args(job, knobs)
+    argv = _launcher_prefix(job, {**base_env, **job.env}) + args + knob_args(job, knobs)
     if job.deepspeed is not None and job.deepspeed.flag is not None and ds_config is not None:
         argv += [job.deepspeed.flag, str(ds_config)]
     resume_flag = ckpt.resume_flag_for(layout) if ckpt is not None else None
