@@ -152,9 +152,21 @@ def test_png_without_a_browser_says_what_to_install(tmp_path: Path) -> None:
     assert not (tmp_path / "r.png").exists()
 
 
-def test_queue_reads_the_documented_list(tmp_path: Path) -> None:
-    (tmp_path / "log_dirs.txt").write_text(f"{DATA / 'tiny-cpu'}\n\n{DATA / 'phase'}\n")
-    assert queue_log_dirs(tmp_path) == [DATA / "tiny-cpu", DATA / "phase"]
+def test_queue_reads_the_queue_database(tmp_path: Path) -> None:
+    """``--queue`` lists the jobs the queue's own SQLite record holds, in queue order, and
+    reading it creates nothing where no queue ever ran."""
+    from dsguard.queue.store import DB_FILENAME, Store
+
+    assert queue_log_dirs(tmp_path / "none") == []
+    assert not (tmp_path / "none").exists()
+    store = Store(tmp_path / "q")
+    for name, log_dir in (("a", DATA / "tiny-cpu"), ("b", DATA / "phase")):
+        store.add([{"name": name, "source": "s", "job_file": "f", "job_yaml": "y",
+                    "log_dir": str(log_dir)}])  # fmt: skip
+    store.close()
+    before = (tmp_path / "q" / DB_FILENAME).stat().st_mtime_ns
+    assert queue_log_dirs(tmp_path / "q") == [DATA / "tiny-cpu", DATA / "phase"]
+    assert (tmp_path / "q" / DB_FILENAME).stat().st_mtime_ns == before
     res = _report("--queue", env={"DSGUARD_QUEUE_DIR": str(tmp_path / "empty")})
     assert res.returncode == 2 and "no job log dirs" in res.stderr
 

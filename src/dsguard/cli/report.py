@@ -17,8 +17,9 @@ from dsguard.job.model import Job
 
 def cmd_report(ns: argparse.Namespace) -> int:
     from dsguard.core.summary import summary_line
+    from dsguard.queue.store import queue_dir
     from dsguard.report.html import page
-    from dsguard.report.load import queue_dir, queue_log_dirs, read_log_dir
+    from dsguard.report.load import queue_log_dirs, read_log_dir
 
     dirs = [Path(p) for p in ns.log_dirs]
     if ns.queue:

@@ -93,6 +93,21 @@ CREATE TABLE IF NOT EXISTS jobs (
 """
 
 
+def log_dirs(root: Path) -> list[Path]:
+    """The log dirs of the queue's jobs in queue order, read without creating or writing
+    anything (``dsguard report --queue`` on a machine where no queue ever ran must not leave
+    an empty database behind); [] when there is no database."""
+    db = root / DB_FILENAME
+    if not db.is_file():
+        return []
+    con = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=30.0)
+    try:
+        rows = con.execute("SELECT log_dir FROM jobs ORDER BY seq").fetchall()
+    finally:
+        con.close()
+    return [Path(r[0]) for r in rows]
+
+
 @dataclass(frozen=True, slots=True)
 class QueueJob:
     """One row of the queue (see ``_SCHEMA``)."""

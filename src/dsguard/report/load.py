@@ -95,32 +95,9 @@ def read_log_dir(log_dir: Path) -> RunView:
     return view
 
 
-def queue_dir() -> Path:
-    """``DSGUARD_QUEUE_DIR``, default ``~/.local/share/dsguard/queue`` (the XDG data dir)."""
-    env = os.environ.get(QUEUE_DIR_ENV)
-    if env:
-        return Path(env)
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "dsguard" / "queue"
-
-
 def queue_log_dirs(root: Path | None = None) -> list[Path]:
-    """The log dirs of the queue's jobs, oldest first.
+    """The log dirs of the queue's jobs (``dsguard queue``), in queue order, read from the
+    queue's own database under :func:`dsguard.queue.store.queue_dir`."""
+    from dsguard.queue.store import log_dirs, queue_dir
 
-    The queue (issue 16) keeps its state in SQLite under :func:`queue_dir`; that code is not
-    on this branch, so this reads the one thing a report needs from it through the
-    documented seam below and is to be wired to the queue's own reader at merge. Until
-    then: a ``log_dirs.txt`` in the queue dir (one log dir per line) if present, else every
-    directory under ``QUEUE_DIR/logs`` that holds an ``events.jsonl``.
-    """
-    root = queue_dir() if root is None else root
-    listed = root / "log_dirs.txt"
-    if listed.is_file():
-        lines = listed.read_text(encoding="utf-8").splitlines()
-        return [Path(s.strip()) for s in lines if s.strip()]
-    logs = root / "logs"
-    try:
-        found = [p for p in logs.iterdir() if (p / "events.jsonl").is_file()]
-    except OSError:
-        return []
-    return sorted(found, key=lambda p: (p / "events.jsonl").stat().st_mtime)
+    return log_dirs(queue_dir() if root is None else root)
