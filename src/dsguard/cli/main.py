@@ -543,6 +543,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dsguard {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
+    _add_run_parsers(sub)
+    _add_inspect_parsers(sub)
+    from dsguard.cli.report import add_parser as add_report_parser
+
+    add_report_parser(sub)
+
+    svc = sub.add_parser("service", help="systemd integration")
+    svc_sub = svc.add_subparsers(dest="service_cmd", required=True)
+    inst = svc_sub.add_parser("install", help="write the unit and the job's environment file")
+    inst.add_argument("job", nargs="?")
+    inst.add_argument(
+        "--queue",
+        action="store_true",
+        help="the queue daemon (dsguard-queue.service) instead of one job",
+    )
+    inst.add_argument("--slots", type=int, default=1, help="with --queue: CPU slots")
+    inst.add_argument("--user", action="store_true", help="user manager (~/.config/systemd)")
+    inst.add_argument("--run-as", help="system install: run the job as this user")
+    inst.add_argument("--force", action="store_true", help="replace a different existing unit")
+    inst.set_defaults(func=cmd_service_install)
+
+    from dsguard.cli.queue import add_parser as add_queue_parser
+
+    add_queue_parser(sub)
+    from dsguard.cli.submit import add_parser as add_submit_parser
+
+    add_submit_parser(sub)
+    return parser
+
+
+def _add_run_parsers(sub: Any) -> None:
+    """``run`` and ``init``: the commands that start (or prepare) supervision."""
     run = sub.add_parser(
         "run",
         help="supervise a job until it succeeds or gives up",
@@ -578,6 +610,10 @@ def build_parser() -> argparse.ArgumentParser:
     ini.add_argument("--name", help="job name (default: the script or module name)")
     ini.set_defaults(command=[], func=_cmd_init)
 
+
+def _add_inspect_parsers(sub: Any) -> None:
+    """The read-only commands: ``validate``, ``plan``, ``explain``, ``events``, ``doctor``,
+    ``status``."""
     val = sub.add_parser("validate", help="check a job file; launch nothing")
     val.add_argument("job")
     val.add_argument(
@@ -631,33 +667,6 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("target", help="log dir or job file")
     st.add_argument("--json", action="store_true", help="JSON even on a terminal")
     st.set_defaults(func=cmd_status)
-
-    from dsguard.cli.report import add_parser as add_report_parser
-
-    add_report_parser(sub)
-
-    svc = sub.add_parser("service", help="systemd integration")
-    svc_sub = svc.add_subparsers(dest="service_cmd", required=True)
-    inst = svc_sub.add_parser("install", help="write the unit and the job's environment file")
-    inst.add_argument("job", nargs="?")
-    inst.add_argument(
-        "--queue",
-        action="store_true",
-        help="the queue daemon (dsguard-queue.service) instead of one job",
-    )
-    inst.add_argument("--slots", type=int, default=1, help="with --queue: CPU slots")
-    inst.add_argument("--user", action="store_true", help="user manager (~/.config/systemd)")
-    inst.add_argument("--run-as", help="system install: run the job as this user")
-    inst.add_argument("--force", action="store_true", help="replace a different existing unit")
-    inst.set_defaults(func=cmd_service_install)
-
-    from dsguard.cli.queue import add_parser as add_queue_parser
-
-    add_queue_parser(sub)
-    from dsguard.cli.submit import add_parser as add_submit_parser
-
-    add_submit_parser(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -189,6 +189,39 @@ class Command:
     cwd: Path
 
 
+def _knob_route_args(job: Job, knobs: Knobs, args: list[str], knobs_file: Path | None) -> list[str]:
+    """``args`` with the knobs that travel in them: the per-attempt copy of the script's own
+    config file in place of the user's (``knobs_file.arg``, or the positional item that
+    names it), and the ``key=value`` dotlist items."""
+    kf = job.delivery.file
+    if knobs_file is not None and kf is not None:
+        if kf.arg is not None:
+            args = _replace_flag(args, kf.arg, str(knobs_file))
+        else:  # a positional argument: the item that names the user's file
+            args = [
+                str(knobs_file) if a[:1] != "-" and _names(job.workdir, a, kf.path) else a
+                for a in args
+            ]
+    return _dotlist_args(job, knobs, args)
+
+
+def _shim_prefix(
+    job: Job, supervisor_python: str, supervisor_pid: int | None, memory_cgroup: Path | None
+) -> list[str]:
+    """dsguard's exec shim in front of the launcher, when the attempt needs one: the
+    parent-death signal, the memory cgroup to join before exec, RLIMIT_AS ([] otherwise)."""
+    if supervisor_pid is None and job.resources.host_memory_limit_bytes is None:
+        return []
+    shim = [supervisor_python, "-m", "dsguard.run.exec_shim"]
+    if supervisor_pid is not None:
+        shim += ["--parent", str(supervisor_pid)]
+    if memory_cgroup is not None:
+        shim += ["--cgroup", str(memory_cgroup)]
+    if job.resources.host_memory_limit_bytes is not None:
+        shim += ["--as-bytes", str(job.resources.host_memory_limit_bytes)]
+    return [*shim, "--"]
+
+
 def build_command(
     job: Job,
     knobs: Knobs,
@@ -240,31 +273,14 @@ def build_command(
     ckpt = job.checkpoints
     if output_dir is not None and ckpt is not None and ckpt.output_flag is not None:
         args = _replace_flag(args, ckpt.output_flag, str(output_dir))
-    kf = job.delivery.file
-    if knobs_file is not None and kf is not None:
-        if kf.arg is not None:
-            args = _replace_flag(args, kf.arg, str(knobs_file))
-        else:  # a positional argument: the item that names the user's file
-            args = [
-                str(knobs_file) if a[:1] != "-" and _names(job.workdir, a, kf.path) else a
-                for a in args
-            ]
-    args = _dotlist_args(job, knobs, args)
+    args = _knob_route_args(job, knobs, args, knobs_file)
     argv = _launcher_prefix(job, {**base_env, **job.env}) + args + knob_args(job, knobs)
     if job.deepspeed is not None and job.deepspeed.flag is not None and ds_config is not None:
         argv += [job.deepspeed.flag, str(ds_config)]
     resume_flag = ckpt.resume_flag_for(layout) if ckpt is not None else None
     if resume_from is not None and resume_flag is not None:
         argv += [resume_flag, str(resume_from)]
-    if supervisor_pid is not None or job.resources.host_memory_limit_bytes is not None:
-        shim = [supervisor_python, "-m", "dsguard.run.exec_shim"]
-        if supervisor_pid is not None:
-            shim += ["--parent", str(supervisor_pid)]
-        if memory_cgroup is not None:
-            shim += ["--cgroup", str(memory_cgroup)]
-        if job.resources.host_memory_limit_bytes is not None:
-            shim += ["--as-bytes", str(job.resources.host_memory_limit_bytes)]
-        argv = [*shim, "--", *argv]
+    argv = _shim_prefix(job, supervisor_python, supervisor_pid, memory_cgroup) + argv
 
     env = dict(base_env)
     env.update(job.env)
