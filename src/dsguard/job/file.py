@@ -1210,7 +1210,7 @@ def _build_ladder(ctx: _Context, ladder_c: _Checked[LadderSection] | None) -> La
                         f"rung {rung!r} is listed twice (also {which}[{first[rung]}])",
                     )
                 first.setdefault(rung, index)
-        ladder = Ladder(**ladder_kw)
+        ladder = Ladder(**ladder_kw, explicit=frozenset(ladder_kw))
     return ladder
 
 

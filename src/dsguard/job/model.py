@@ -38,6 +38,7 @@ RungName = Literal[
     "lora",
     "dataloader_workers",
     "pin_memory",
+    "ds_buckets",
 ]
 ALL_RUNGS: tuple[RungName, ...] = get_args(RungName)
 #: The default ladders (an order over :data:`RungName`, which mypy checks each entry against).
@@ -48,9 +49,12 @@ OOM_RUNGS: tuple[RungName, ...] = (
     "zero3",
     "offload_optimizer",
     "offload_params",
+    "ds_buckets",
     "lora",
 )
-HOST_OOM_RUNGS: tuple[RungName, ...] = ("dataloader_workers", "pin_memory", "micro_batch")
+HOST_OOM_RUNGS: tuple[RungName, ...] = (
+    "dataloader_workers", "pin_memory", "micro_batch", "ds_buckets",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,10 @@ class CheckpointSpec:
 class Ladder:
     oom: tuple[str, ...] = OOM_RUNGS
     host_oom: tuple[str, ...] = HOST_OOM_RUNGS
+    #: The ladders the job file spelled out (``ladder: oom: [...]``): their order is the
+    #: user's and is walked as written; the default ones may be reordered by the evidence
+    #: (``core.evidence``).
+    explicit: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
