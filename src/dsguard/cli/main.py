@@ -114,6 +114,10 @@ def cmd_run(ns: argparse.Namespace) -> int:
         print("dsguard: nothing was launched", file=sys.stderr)
         return EXIT_USAGE
 
+    if not ns.fit:
+        import dataclasses
+
+        job = dataclasses.replace(job, fit=False)
     sup = Supervisor(
         job,
         console=sys.stderr,
@@ -232,6 +236,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         job = _load(ns.job)
     except JobFileError as err:
         return _print_problems(err)
+    if ns.fit:
+        return _plan_fit(job, as_json=ns.json)
     cfg = PolicyConfig.from_job(job)
     kinds = (
         [FailureKind.CUDA_OOM, FailureKind.HOST_OOM] if ns.kind == "all" else [FailureKind(ns.kind)]
@@ -257,6 +263,19 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         print()
     if ns.json:
         print(json.dumps(out, indent=2))
+    return EXIT_OK
+
+
+def _plan_fit(job: Job, *, as_json: bool) -> int:
+    from dsguard.cli.fitplan import plan_dict, plan_lines
+    from dsguard.run.fit import plan_for
+
+    fit_plan = plan_for(job)
+    if as_json:
+        print(json.dumps(plan_dict(fit_plan), indent=2))
+    else:
+        for line in plan_lines(fit_plan):
+            print(line)
     return EXIT_OK
 
 
@@ -414,6 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="job name for a quick start (default: the script name)")
     run.add_argument("--log-dir", help="log dir for a quick start (default: runs/NAME)")
     run.add_argument("--quiet", action="store_true", help="do not mirror the child's output")
+    run.add_argument(
+        "--no-fit", dest="fit", action="store_false",
+        help="start exactly as the job says, not at the fastest config predicted to fit",
+    )  # fmt: skip
     run.set_defaults(func=cmd_run)
 
     val = sub.add_parser("validate", help="check a job file; launch nothing")
@@ -429,6 +452,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("job")
     pl.add_argument("--kind", choices=["cuda_oom", "host_oom", "all"], default="all")
     pl.add_argument("--json", action="store_true")
+    pl.add_argument(
+        "--fit", action="store_true",
+        help="predicted peak memory of every config the ladder can reach exactly, against "
+        "the memory available, and the first fit dsguard run would start from",
+    )  # fmt: skip
     pl.set_defaults(func=cmd_plan)
 
     ex = sub.add_parser("explain", help="classify a saved training log")

@@ -24,6 +24,7 @@ from typing import Any
 
 from dsguard.core.classify import FailureKind
 from dsguard.core.envfacts import EnvFacts
+from dsguard.core.evidence import MoveEvidence, choose_move
 from dsguard.core.records import as_builtins, from_builtins
 from dsguard.core.remedies import GiveUp as RemedyGiveUp
 from dsguard.core.remedies import Remedy, next_remedy
@@ -225,6 +226,7 @@ def decide(
     history: Sequence[AttemptRecord],
     cfg: PolicyConfig,
     remedy_ctx: RemedyContext | None = None,
+    evidence: MoveEvidence | None = None,
 ) -> Decision:
     """What to do after an attempt failed with ``kind``.
 
@@ -236,6 +238,8 @@ def decide(
         cfg: the job's ladders, limits and rung context.
         remedy_ctx: facts for build-error / loss-scale remedies; without it those kinds give
             up with advice.
+        evidence: the OOM figures and estimator of the failed attempt: a default (not
+            job-file) ladder then picks its move by them (``core.evidence``), not by order.
     """
     attempts_done = len(history)
     if attempts_done >= cfg.limits.max_attempts:
@@ -244,7 +248,13 @@ def decide(
     ladder_name = LADDER_FOR.get(kind)
     if ladder_name is not None:
         rungs: tuple[str, ...] = getattr(cfg.ladder, ladder_name)
-        found = walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx)
+        why = ""
+        if evidence is not None and ladder_name not in cfg.ladder.explicit:
+            choice = choose_move(rungs, knobs, cfg.ctx, evidence)
+            found = None if choice is None else (choice.index, choice.move)
+            why = "" if choice is None else f" ({choice.why})"
+        else:
+            found = walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx)
         if found is None:
             return GiveUp(
                 f"{kind}: the {ladder_name} ladder is exhausted "
@@ -262,7 +272,7 @@ def decide(
             caveats=move.caveats,
             delay_s=0.0,
             positions=new_positions,
-            reason=f"{kind}: applying rung {rungs[index]}",
+            reason=f"{kind}: applying rung {rungs[index]}{why}",
         )
 
     if kind in REMEDY_KINDS and remedy_ctx is not None:

@@ -182,6 +182,8 @@ class _TopSection(Section):
     world_size: int | None = spec(Int(ge=1, le=MAX_WORLD_SIZE), None)
     env: dict[str, str] = spec(StrMap(), {}, nullable=False)
     log_dir: str | None = spec(Str(), None)
+    #: Start at the fastest config predicted to fit (``core.fit``); false: start as written.
+    fit: bool = spec(Bool(), True, nullable=False)
 
 
 _SECTIONS: dict[str, type[Section]] = {
@@ -1319,4 +1321,5 @@ def _build(
         limits=limits,
         log_dir=log_dir,
         resources=resources,
+        fit=top.fit,
     )

@@ -164,3 +164,6 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     log_dir: Path = Path("runs")
     resources: Resources = field(default_factory=Resources)
+    #: Start at the fastest config predicted to fit (``dsguard run --no-fit`` or ``fit:
+    #: false`` in the job file: start exactly as written).
+    fit: bool = True

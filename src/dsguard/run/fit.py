@@ -1,0 +1,119 @@
+"""Gather what the first-fit plan needs for a job (file and device reads), then plan.
+
+The decision is pure (:func:`dsguard.core.fit.plan_fit`); this module reads the facts: the
+model's shape (``host.modelshape``), the memory available (NVML total minus other processes'
+use on the job's GPUs, times ``resources.gpu_memory_fraction``; or the host's: the job's
+``resources.host_memory_limit``, the memory cgroup's limit, the RAM), the training dtype and
+attention implementation from the job's arguments and DeepSpeed config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dsguard.core.estimate import Regime, ds_buffers
+from dsguard.core.fit import FitInputs, FitPlan, plan_fit
+from dsguard.core.ladder import PolicyConfig
+from dsguard.host.modelshape import flag_value, read_model_shape
+from dsguard.job.knobs import Knobs
+from dsguard.job.model import Job
+
+#: Values of a boolean flag that mean "on" (HF's argument parser accepts these).
+_TRUE = frozenset({"true", "1", "yes", "on"})
+
+
+def _flag_on(args: Sequence[str], flag: str) -> bool:
+    if flag in args:
+        i = list(args).index(flag)
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        return nxt.startswith("--") or nxt == "" or nxt.lower() in _TRUE
+    value = flag_value(args, flag)
+    return value is not None and value.lower() in _TRUE
+
+
+def dtype_bytes(args: Sequence[str], ds: Mapping[str, Any] | None) -> int:
+    """2 when the job trains in mixed precision (``--bf16``/``--fp16`` or the DeepSpeed
+    config's ``bf16``/``fp16`` enabled), else 4 (fp32: HF Trainer's default)."""
+    if _flag_on(args, "--bf16") or _flag_on(args, "--fp16"):
+        return 2
+    for key in ("bf16", "fp16"):
+        block = (ds or {}).get(key)
+        if isinstance(block, Mapping) and block.get("enabled") is True:
+            return 2
+    return 4
+
+
+def gpu_available_bytes(job: Job) -> tuple[int | None, bool]:
+    """(bytes free for one rank on the tightest of the job's GPUs, whether any GPU exists).
+
+    Free = total minus what other processes hold (NVML), times the job's memory fraction."""
+    from dsguard.host.gpu import GpuSnapshot, snapshot
+
+    snap = snapshot(timeout_s=10.0)
+    if not isinstance(snap, GpuSnapshot) or not snap.devices:
+        return None, False
+    wanted = set(job.gpus) if job.gpus else {d.index for d in snap.devices}
+    frees: list[int] = []
+    for dev in snap.devices:
+        if dev.index not in wanted or dev.total_bytes is None:
+            continue
+        held = sum(p.used_bytes or 0 for p in dev.processes or ())
+        free = dev.total_bytes - held
+        if job.resources.gpu_memory_fraction is not None:
+            free = min(free, int(dev.total_bytes * job.resources.gpu_memory_fraction))
+        frees.append(free)
+    return (min(frees) if frees else None), True
+
+
+def host_available_bytes(job: Job) -> int | None:
+    from dsguard.host.memory import memory_limit_bytes
+
+    limits = [v for v in (job.resources.host_memory_limit_bytes, memory_limit_bytes()) if v]
+    return min(limits) if limits else None
+
+
+def fit_inputs(job: Job, *, scale: float = 1.0) -> FitInputs | str:
+    """Everything :func:`plan_fit` needs, or why the plan cannot be made."""
+    shape, where = read_model_shape(job.args, job.workdir)
+    if shape is None:
+        return where
+    gpu_free, has_gpu = gpu_available_bytes(job)
+    host_free = host_available_bytes(job)
+    ds = job.deepspeed.base if job.deepspeed is not None else None
+    attn = flag_value(job.args, "--attn_implementation")
+    lora_r = flag_value(job.args, "--lora_r") or flag_value(job.args, "--lora_rank")
+    regime = Regime(
+        device="gpu" if has_gpu else "cpu",
+        world_size=job.world_size,
+        dtype_bytes=dtype_bytes(job.args, ds),
+        efficient_attention=attn is None or attn != "eager",
+        uses_deepspeed=job.deepspeed is not None,
+        lora_rank=int(lora_r) if lora_r and lora_r.isdigit() else 8,
+        buffers=ds_buffers(ds, shape.hidden_size),
+    )
+    per_rank_host = None if host_free is None else host_free // max(1, job.world_size)
+    return FitInputs(
+        shape=shape, regime=regime,
+        available_bytes=gpu_free if has_gpu else host_free,
+        host_available_bytes=per_rank_host if has_gpu else None,
+        scale=scale, rungs=(*job.ladder.oom, *job.ladder.host_oom),
+    )  # fmt: skip
+
+
+def plan_for(job: Job, start: Knobs | None = None, *, fresh: bool = True,
+             scale: float = 1.0) -> FitPlan:  # fmt: skip
+    """The first-fit plan for ``job`` from ``start`` (default: the job's knobs).
+
+    ``fresh``: nothing is resumed, so a ZeRO stage change costs nothing (no checkpoint of
+    the old stage exists); otherwise only moves the ladder itself would allow are planned.
+    """
+    start = start or job.knobs
+    got = fit_inputs(job, scale=scale)
+    if isinstance(got, str):
+        return FitPlan(start, "unknown", None, 0.0, note=f"model shape unknown: {got}")
+    ctx = PolicyConfig.from_job(job).ctx
+    if fresh:
+        ctx = dataclasses.replace(ctx, can_start_phase=True, exact_zero_transfer=True)
+    return plan_fit(start, ctx, got)
