@@ -210,6 +210,25 @@ def walk(
     return None
 
 
+def _next_move(
+    ladder_name: str,
+    rungs: tuple[str, ...],
+    knobs: Knobs,
+    *,
+    positions: Mapping[str, int],
+    cfg: PolicyConfig,
+    evidence: MoveEvidence | None,
+) -> tuple[tuple[int, Move] | None, str]:
+    """The ladder's next move and why: by the evidence on a default ladder, else in order
+    from the current position (the user's explicit order wins)."""
+    if evidence is not None and ladder_name not in cfg.ladder.explicit:
+        choice = choose_move(rungs, knobs, cfg.ctx, evidence)
+        if choice is None:
+            return None, ""
+        return (choice.index, choice.move), f" ({choice.why})"
+    return walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx), ""
+
+
 def _check_invariant(old: Knobs, new: Knobs, world_size: int) -> None:
     if old.global_batch(world_size) != new.global_batch(world_size):
         raise InvariantViolation(
@@ -248,13 +267,9 @@ def decide(
     ladder_name = LADDER_FOR.get(kind)
     if ladder_name is not None:
         rungs: tuple[str, ...] = getattr(cfg.ladder, ladder_name)
-        why = ""
-        if evidence is not None and ladder_name not in cfg.ladder.explicit:
-            choice = choose_move(rungs, knobs, cfg.ctx, evidence)
-            found = None if choice is None else (choice.index, choice.move)
-            why = "" if choice is None else f" ({choice.why})"
-        else:
-            found = walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx)
+        found, why = _next_move(
+            ladder_name, rungs, knobs, positions=positions, cfg=cfg, evidence=evidence
+        )
         if found is None:
             return GiveUp(
                 f"{kind}: the {ladder_name} ladder is exhausted "
