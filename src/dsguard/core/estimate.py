@@ -270,8 +270,8 @@ def _model_states(shape: ModelShape, k: Knobs, r: Regime) -> tuple[int, int, int
     p = shape.param_count()
     trainable = p
     if k.lora:
-        trainable = shape.num_layers * LORA_TARGETS_PER_LAYER * r.lora_rank * (
-            2 * shape.hidden_size
+        trainable = (
+            shape.num_layers * LORA_TARGETS_PER_LAYER * r.lora_rank * (2 * shape.hidden_size)
         )
     n = max(1, r.world_size)
     stage = (k.zero_stage or 0) if r.uses_deepspeed else 0
@@ -311,9 +311,7 @@ def _buffers(shape: ModelShape, k: Knobs, r: Regime) -> tuple[int, int]:
     return reduce, step
 
 
-def estimate(
-    shape: ModelShape, knobs: Knobs, regime: Regime, *, scale: float = 1.0
-) -> Estimate:
+def estimate(shape: ModelShape, knobs: Knobs, regime: Regime, *, scale: float = 1.0) -> Estimate:
     """Predicted peak memory of one rank for ``knobs`` (see the module docstring).
 
     The peak is the larger of the end of the forward pass (model states + activations +
