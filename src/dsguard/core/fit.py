@@ -111,10 +111,16 @@ class FitPlan:
 
 
 def reachable(
-    start: Knobs, rungs: Sequence[str], ctx: RungContext, limit: int = MAX_CANDIDATES
+    start: Knobs,
+    rungs: Sequence[str],
+    ctx: RungContext,
+    *,
+    allow_new_phase: bool = True,
+    limit: int = MAX_CANDIDATES,
 ) -> list[tuple[tuple[str, ...], Knobs]]:
     """Every config the exact rungs among ``rungs`` reach from ``start`` (breadth first, so
-    each is listed with a shortest path), ``start`` first."""
+    each is listed with a shortest path), ``start`` first. ``allow_new_phase``: False when a
+    checkpoint will be resumed, so a move that could not resume it exactly is not planned."""
     exact = [r for r in dict.fromkeys(rungs) if r in EXACT_RUNGS]
     seen = {start}
     out: list[tuple[tuple[str, ...], Knobs]] = [((), start)]
@@ -124,7 +130,7 @@ def reachable(
         i += 1
         for name in exact:
             move = RUNGS[name](knobs, ctx)
-            if move is None or move.knobs in seen:
+            if move is None or move.knobs in seen or (move.new_phase and not allow_new_phase):
                 continue
             seen.add(move.knobs)
             out.append(((*path, name), move.knobs))
@@ -152,6 +158,8 @@ class FitInputs:
     margin: float = DEFAULT_MARGIN
     scale: float = 1.0
     rungs: tuple[str, ...] = field(default=())
+    #: Nothing will be resumed: any move is free at the start (see :func:`reachable`).
+    fresh: bool = True
 
 
 def plan_fit(start: Knobs, ctx: RungContext, inputs: FitInputs) -> FitPlan:
@@ -163,7 +171,7 @@ def plan_fit(start: Knobs, ctx: RungContext, inputs: FitInputs) -> FitPlan:
     r = inputs.regime
     cands: list[Candidate] = []
     rungs = [name for name in inputs.rungs if name in FIT_RUNGS[r.device]]
-    for path, knobs in reachable(start, rungs, ctx):
+    for path, knobs in reachable(start, rungs, ctx, allow_new_phase=inputs.fresh):
         est = estimate(inputs.shape, knobs, r, scale=inputs.scale)
         ok = fits(est, inputs.available_bytes, inputs.margin, inputs.host_available_bytes)
         cands.append(Candidate(knobs, path, est, relative_step_time(start, knobs, r.device), ok))

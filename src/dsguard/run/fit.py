@@ -10,15 +10,19 @@ attention implementation from the job's arguments and DeepSpeed config.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from dsguard.core.estimate import Regime, ds_buffers
+from dsguard.core.estimate import Regime, ds_buffers, estimate
+from dsguard.core.evidence import MoveEvidence, parse_oom
 from dsguard.core.fit import FitInputs, FitPlan, plan_fit
 from dsguard.core.ladder import PolicyConfig
+from dsguard.core.rungs import RungContext
 from dsguard.host.modelshape import flag_value, read_model_shape
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import Job
+from dsguard.run.events import EventLog
 
 #: Values of a boolean flag that mean "on" (HF's argument parser accepts these).
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -116,4 +120,110 @@ def plan_for(job: Job, start: Knobs | None = None, *, fresh: bool = True,
     ctx = PolicyConfig.from_job(job).ctx
     if fresh:
         ctx = dataclasses.replace(ctx, can_start_phase=True, exact_zero_transfer=True)
-    return plan_fit(start, ctx, got)
+    return plan_fit(start, ctx, dataclasses.replace(got, fresh=fresh))
+
+
+#: Element sizes a DeepSpeed buffer may be allocated in (fp16/bf16, fp32).
+_ELEMENT_BYTES = (2, 4)
+
+
+@dataclass
+class FitState:
+    """The run's estimator: the facts gathered once at the start, the scale calibrated on
+    measured peaks, and the failing allocations seen so far (for :mod:`core.evidence`)."""
+
+    inputs: FitInputs | None
+    #: Why there is no estimator (``inputs`` None).
+    unavailable: str = ""
+    scale: float = 1.0
+    earlier: list[tuple[int, int]] = field(default_factory=list)
+
+    def predict(self, knobs: Knobs) -> int | None:
+        if self.inputs is None:
+            return None
+        return estimate(self.inputs.shape, knobs, self.inputs.regime, scale=self.scale).peak_bytes
+
+    def plan(self, start: Knobs, ctx: RungContext, *, fresh: bool) -> FitPlan:
+        if self.inputs is None:
+            return FitPlan(
+                start, "unknown", None, 0.0, note=f"model shape unknown: {self.unavailable}"
+            )
+        inputs = dataclasses.replace(self.inputs, scale=self.scale, fresh=fresh)
+        return plan_fit(start, ctx, inputs)
+
+    def evidence(
+        self, lines: Sequence[str], knobs: Knobs, ds: Mapping[str, Any] | None
+    ) -> MoveEvidence:
+        """The evidence of a memory failure at ``knobs``; remembers its failing allocation."""
+        figures = parse_oom(lines)
+        hidden = None if self.inputs is None else self.inputs.shape.hidden_size
+        buffers = ds_buffers(ds, hidden) if ds is not None else None
+        sizes: tuple[int, ...] = ()
+        if buffers is not None:
+            sizes = tuple(
+                e * n for n in (buffers.reduce_bucket, buffers.allgather_bucket,
+                                buffers.prefetch_bucket) for e in _ELEMENT_BYTES
+            )  # fmt: skip
+        ev = MoveEvidence(
+            figures=figures, earlier=tuple(self.earlier), bucket_bytes=sizes,
+            predict=None if self.inputs is None else self._predict_unchecked,
+            device=self.inputs.regime.device if self.inputs is not None else "gpu",
+        )  # fmt: skip
+        if figures is not None and figures.tried_bytes is not None:
+            self.earlier.append((knobs.micro_batch_size, figures.tried_bytes))
+        return ev
+
+    def _predict_unchecked(self, knobs: Knobs) -> int:
+        value = self.predict(knobs)
+        assert value is not None
+        return value
+
+    def calibrate(
+        self, knobs: Knobs, gpu_peak: int | None, host_peak: int | None
+    ) -> tuple[int, int, str] | None:
+        """Measured against predicted (unscaled) peak of ``knobs``; sets the scale. Returns
+        (predicted, measured, what was measured), or None when there is nothing to compare."""
+        if self.inputs is None:
+            return None
+        est = estimate(self.inputs.shape, knobs, self.inputs.regime)
+        if est.gpu is not None:
+            measured, what, predicted = gpu_peak, "max_memory_reserved", est.gpu.total
+        else:
+            measured, what, predicted = host_peak, "host_rss", est.host.total
+        if not measured or predicted <= 0:
+            return None
+        self.scale = measured / predicted
+        return predicted, measured, what
+
+
+def start_fit_state(job: Job, gather: Callable[[Job], FitInputs | str] = fit_inputs) -> FitState:
+    """Gather the estimator's facts once per run (never raises: a plan is an optimisation)."""
+    try:
+        got = gather(job)
+    except Exception as exc:  # a planning bug must not keep training from starting
+        return FitState(None, f"planning failed: {type(exc).__name__}: {exc}")
+    if isinstance(got, str):
+        return FitState(None, got)
+    return FitState(got)
+
+
+def emit_plan(events: EventLog, plan: FitPlan, job_knobs: Knobs) -> None:
+    """``plan_applied`` when the start config was replaced, ``plan_skipped`` with the why."""
+    start = plan.start_candidate
+    chosen = plan.chosen
+    if chosen is None or start is None or plan.available_bytes is None:
+        events.emit(
+            "plan_skipped", reason=plan.note,
+            predicted_peak_bytes=None if start is None else start.estimate.peak_bytes,
+            available_bytes=plan.available_bytes,
+        )  # fmt: skip
+        return
+    events.emit(
+        "plan_applied", source=plan.source, changes=job_knobs.diff(chosen.knobs),
+        knobs=chosen.knobs.as_dict(), path=list(chosen.path),
+        predicted_peak_bytes=chosen.estimate.peak_bytes,
+        start_predicted_peak_bytes=start.estimate.peak_bytes,
+        available_bytes=plan.available_bytes, margin=plan.margin, device=plan.device,
+        relative_step_time=round(chosen.step_time, 3),
+        reason=f"the start config is predicted not to fit; {plan.note}",
+    )  # fmt: skip

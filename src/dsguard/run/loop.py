@@ -20,6 +20,7 @@ attempt it left behind and continues at the recorded rung.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -33,9 +34,13 @@ from typing import Any, BinaryIO, TextIO, cast
 
 from dsguard import __version__
 from dsguard.core.classify import Evidence, Failure, FailureKind, StreamClassifier, decode_exit
+from dsguard.core.evidence import MoveEvidence
+from dsguard.core.fit import FitInputs, FitPlan
 from dsguard.core.ladder import (
+    LADDER_FOR,
     REMEDY_KINDS,
     AttemptRecord,
+    Decision,
     GiveUp,
     PolicyConfig,
     Relaunch,
@@ -61,6 +66,7 @@ from dsguard.job.model import Job
 from dsguard.protocol import CAP_INIT_FROM, CAP_SAVE_AND_STOP
 from dsguard.run import checkpoints as ckpts
 from dsguard.run.events import EventLog
+from dsguard.run.fit import FitState, emit_plan, fit_inputs, start_fit_state
 from dsguard.run.heartbeat import capabilities
 from dsguard.run.host import Attempt, Host, RealHost
 from dsguard.run.launch import Command, build_command
@@ -105,6 +111,19 @@ def highest_attempt_used(logs: LogDir) -> int:
             if m is not None:
                 highest = max(highest, int(m.group(1)))
     return highest
+
+
+def _emit_evidence(events: EventLog, ev: MoveEvidence, decision: Decision) -> None:
+    """What the memory failure's evidence said, and the move it led to."""
+    fig = ev.figures
+    events.emit(
+        "evidence_considered",
+        rung=decision.rung if isinstance(decision, Relaunch) else None,
+        reason=decision.reason,
+        tried_bytes=None if fig is None else fig.tried_bytes,
+        total_bytes=None if fig is None else fig.total_bytes,
+        free_bytes=None if fig is None else fig.free_bytes,
+    )
 
 
 def new_run_id(now: datetime) -> str:
@@ -208,6 +227,8 @@ class _Run:
     ended_pids: tuple[int, ...] = ()
     #: The failure kind the coming relaunch answers (for the systemd status line).
     last_kind: FailureKind | None = None
+    #: The estimator of this run (first fit, evidence, calibration; ``run.fit``).
+    fit: FitState = field(default_factory=lambda: FitState(None, "not gathered"))
 
 
 @dataclass
@@ -232,6 +253,9 @@ class Supervisor:
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     notifier: Notifier = field(default_factory=Notifier)
+    #: Gathers the estimator's facts (model shape, memory available) for first fit and
+    #: evidence-driven moves; tests give plain facts instead of a model and a GPU.
+    fit_facts: Callable[[Job], FitInputs | str] = field(default=fit_inputs)
 
     _wake: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_signal: int | None = field(default=None, init=False)
@@ -354,6 +378,12 @@ class Supervisor:
         recovered = self._recover(events)
         ledger = recovered or Ledger(knobs=job.knobs, ckpt_dir=ckpt_root)
         ledger = number_after(ledger, highest_attempt_used(self._logs))
+        fit = start_fit_state(job, self.fit_facts)
+        fit_plan = None
+        if job.fit and recovered is None and ledger.attempts_made == 0:
+            fit_plan = self._plan_first_fit(fit, ledger)
+            if fit_plan.chosen is not None:
+                ledger = dataclasses.replace(ledger, knobs=fit_plan.chosen.knobs)
         pid, created = self.host.identity()
         sm = StateMachine(
             self._logs.state,
@@ -373,12 +403,24 @@ class Supervisor:
             log_dir=job.log_dir, checkpoint_dir=ledger.ckpt_dir, recovered=recovered is not None,
             dsguard_version=__version__, pid=pid, first_attempt=ledger.attempt + 1,
         )  # fmt: skip
+        if fit_plan is not None:
+            emit_plan(events, fit_plan, job.knobs)
         return _Run(
             run_id=run_id, events=events, sm=sm, ledger=ledger, cfg=PolicyConfig.from_job(job),
             t0=self.host.monotonic(), recovered=recovered is not None,
             # Children must not talk to systemd as us (NOTIFY_SOCKET, WATCHDOG_*).
-            base_env=child_env(self.base_env),
+            base_env=child_env(self.base_env), fit=fit,
         )  # fmt: skip
+
+    def _plan_first_fit(self, fit: FitState, ledger: Ledger) -> FitPlan:
+        """The first-fit plan from the job's knobs. Fresh (any move is free at the start)
+        unless a complete checkpoint will be resumed: then only moves that resume it."""
+        ckpt = ledger.ckpt_dir
+        fresh = ckpt is None or self._newest_complete_step(ckpt) is None
+        ctx = PolicyConfig.from_job(self.job).ctx
+        if fresh:
+            ctx = dataclasses.replace(ctx, can_start_phase=True, exact_zero_transfer=True)
+        return fit.plan(ledger.knobs, ctx, fresh=fresh)
 
     def _drive(self, run: _Run) -> int:
         """Run the state machine: each state's phase returns the next state."""
@@ -751,6 +793,7 @@ class Supervisor:
         obs = self._observe(run, cur)
         run.ledger = record_caps(run.ledger, obs.caps)
         self._emit_finished(run, obs)
+        self._calibrate(run, obs)
         if obs.ended_by == "stop":
             return self._stopped()
         failure = verdict(obs)
@@ -772,7 +815,14 @@ class Supervisor:
             host_oom_confirmed=bool(obs.host_oom_evidence),
             host_oom_evidence=list(obs.host_oom_evidence), checkpoint_progress=obs.progressed,
         )  # fmt: skip
-        decision = judge(failure, run.ledger, run.cfg, self._remedy_context(run, cur, failure))
+        evidence = None
+        if failure.kind in LADDER_FOR:
+            evidence = run.fit.evidence(failure.evidence, run.ledger.knobs, cur.ds_rendered)
+        decision = judge(
+            failure, run.ledger, run.cfg, self._remedy_context(run, cur, failure), evidence
+        )
+        if evidence is not None:
+            _emit_evidence(run.events, evidence, decision)
         if isinstance(decision, GiveUp):
             return _Next(RunState.GAVE_UP, decision.reason, kind=failure.kind)
         run.ended_pids = obs.pids
@@ -828,6 +878,20 @@ class Supervisor:
             host_rss_peak_bytes=max((hb.host_rss_bytes or 0 for hb in beats), default=0)
             or None,
         )  # fmt: skip
+
+    @staticmethod
+    def _calibrate(run: _Run, obs: Observation) -> None:
+        """An attempt that finished optimizer steps measured its config's real peak: the
+        estimator is scaled to it for the rest of the run."""
+        if obs.last_step is None or obs.last_step < 1:
+            return
+        got = run.fit.calibrate(run.ledger.knobs, obs.gpu_mem_peak_bytes, obs.host_rss_peak_bytes)
+        if got is not None:
+            predicted, measured, what = got
+            run.events.emit(
+                "estimate_calibrated", predicted_bytes=predicted, measured_bytes=measured,
+                measure=what, scale=round(run.fit.scale, 4),
+            )  # fmt: skip
 
     def _emit_finished(self, run: _Run, obs: Observation) -> None:
         run.events.emit(
