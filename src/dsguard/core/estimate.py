@@ -319,11 +319,16 @@ def estimate(shape: ModelShape, knobs: Knobs, regime: Regime, *, scale: float = 
     offloaded states move from the accelerator to host memory.
     """
     seq = knobs.max_length or shape.max_position or DEFAULT_SEQ_LEN
-    seq = min(seq, knobs.max_length or seq)
     assumed = knobs.max_length is None
     weights, grads, opt, trainable = _model_states(shape, knobs, regime)
     acts = _activations(shape, knobs, seq, regime)
     back_buf, step_buf = _buffers(shape, knobs, regime)
+    if regime.dtype_bytes == 2 and regime.uses_deepspeed and (knobs.zero_stage or 0) >= 1:
+        # The step's fp32 gradient partition (DeepSpeed's "4 bytes of grads_32bit"), on the
+        # device that runs the optimizer.
+        step_buf += (
+            0 if knobs.offload is not Offload.NONE else 4 * trainable // max(1, regime.world_size)
+        )
     host_w = host_g = host_o = 0
     if regime.uses_deepspeed and knobs.offload is not Offload.NONE:
         # The optimizer's fp32 states and gradient partition live in host memory
