@@ -155,40 +155,51 @@ def choose_move(
                 return Choice(i, m, bound, ())
         skipped.append(f"micro_batch: {bound}")
         moves = [x for x in moves if x[1] != "micro_batch"] or moves
-    exact = [x for x in moves if x[1] not in LEARNING_RUNGS]
-    if len(exact) < len(moves) and exact:
-        skipped += [f"{x[1]}: changes what is learned" for x in moves if x not in exact]
-        moves = exact
     for i, name, m in moves:
         if name in UNMODELLED_RUNGS:
             return Choice(i, m, "host-side memory first (ladder order)", tuple(skipped))
-    if ev.predict is None:
-        i, name, m = moves[0]
-        return Choice(i, m, "ladder order (no model shape to predict with)", tuple(skipped))
-    return _by_prediction(moves, knobs, ev, skipped)
+    if ev.predict is not None:
+        predict = ev.predict
+        now = predict(knobs)
+        saving = {name: now - predict(m.knobs) for _, name, m in moves}
+        useful = [x for x in moves if saving[x[1]] > 0]
+        skipped += [f"{x[1]}: predicted to save nothing" for x in moves if x not in useful]
+        if useful:
+            return _by_prediction(_exact_first(useful, skipped), saving, knobs, ev, skipped)
+    i, name, m = _exact_first(moves, skipped)[0]
+    why = "ladder order" + ("" if ev.predict else " (no model shape to predict with)")
+    return Choice(i, m, why, tuple(skipped))
+
+
+def _exact_first(
+    moves: list[tuple[int, str, Move]], skipped: list[str]
+) -> list[tuple[int, str, Move]]:
+    """Moves that keep training exact, when there are any; the others noted as skipped."""
+    exact = [x for x in moves if x[1] not in LEARNING_RUNGS]
+    if not exact:
+        return moves
+    skipped += [f"{x[1]}: changes what is learned" for x in moves if x not in exact]
+    return exact
 
 
 def _by_prediction(
-    moves: list[tuple[int, str, Move]], knobs: Knobs, ev: MoveEvidence, skipped: list[str]
+    moves: list[tuple[int, str, Move]],
+    saving: dict[str, int],
+    knobs: Knobs,
+    ev: MoveEvidence,
+    skipped: list[str],
 ) -> Choice:
-    assert ev.predict is not None
-    now = ev.predict(knobs)
-    saving = {name: now - ev.predict(m.knobs) for _, name, m in moves}
-    useful = [x for x in moves if saving[x[1]] > 0]
-    skipped += [f"{x[1]}: predicted to save nothing" for x in moves if x not in useful]
-    if not useful:
-        i, name, m = moves[0]
-        return Choice(i, m, "no move is predicted to help: ladder order", tuple(skipped))
+    """The cheapest move predicted to save the shortfall, else the one that saves most."""
     fig = ev.figures
     need = 0
     if fig is not None and fig.tried_bytes is not None:
         need = fig.tried_bytes - (fig.free_bytes or 0)
-    enough = [x for x in useful if saving[x[1]] >= need]
+    enough = [x for x in moves if saving[x[1]] >= need]
     if enough:
         i, name, m = min(
             enough, key=lambda x: (relative_step_time(knobs, x[2].knobs, ev.device), x[0])
         )
         why = f"cheapest move predicted to save >= {need} bytes (saves {saving[name]})"
         return Choice(i, m, why, tuple(skipped))
-    i, name, m = max(useful, key=lambda x: (saving[x[1]], -x[0]))
+    i, name, m = max(moves, key=lambda x: (saving[x[1]], -x[0]))
     return Choice(i, m, f"largest predicted saving ({saving[name]} bytes)", tuple(skipped))
