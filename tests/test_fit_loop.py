@@ -3,7 +3,9 @@ the model-shape reader on real files, and ``dsguard plan --fit``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sqlite3
 import struct
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,10 @@ from dsguard.host.modelshape import read_model_shape, safetensors_params
 from dsguard.job.file import load_job
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import HOST_OOM_RUNGS, OOM_RUNGS
+from dsguard.run.fit import FitState
 from dsguard.run.loop import Supervisor
 from dsguard.run.sdnotify import Notifier
+from dsguard.run.store import KnownGoodStore, StoreUnavailable, summarize
 from dsguard.testing import Beat, FakeHost, Script
 from tests.conftest import write_job
 
@@ -208,3 +212,78 @@ def test_plan_fit_says_when_the_shape_is_unknown(
     path = write_job(tmp_path, [])
     assert main(["plan", "--fit", str(path)]) == 0
     assert "model shape unknown" in capsys.readouterr().out
+
+
+# -- the known-good store -----------------------------------------------------------------------
+
+
+def test_store_records_and_summarizes_the_newest_outcome(tmp_path: Path) -> None:
+    store = KnownGoodStore(tmp_path / "s.sqlite")
+    a, b = {"micro_batch_size": 4}, {"micro_batch_size": 2}
+    store.record("sig", a, "fit", 10, 1.5)
+    store.record("sig", b, "fit", 8, 2.0)
+    store.record("sig", a, "oom")
+    store.record("other", a, "fit", 1, 9.0)
+    by = summarize(store.lookup("sig"))
+    assert {json.loads(k)["micro_batch_size"]: v["outcome"] for k, v in by.items()} == {
+        4: "oom", 2: "fit",
+    }  # fmt: skip
+    assert by[json.dumps(b)]["samples_per_s"] == 2.0
+
+
+def test_a_corrupt_store_is_reported_and_planning_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.sqlite"
+    path.write_bytes(b"this is not a database, just text " * 200)
+    with pytest.raises(StoreUnavailable, match="not a database"):
+        KnownGoodStore(path).lookup("sig")
+    facts = dataclasses.replace(_facts(40 * GIB), signature="sig")
+    monkeypatch.setenv("DSGUARD_STORE", str(path))
+    code, events, _ = _run(tmp_path / "run", [_ok()], facts)
+    assert code == 0
+    (warned,) = _named(events, "store_unavailable")
+    assert "not a database" in warned["reason"]
+    assert _named(events, "plan_applied")[0]["source"] == "estimate"
+    state = FitState(facts, store=KnownGoodStore(path))
+    assert state.known() == {} and state.store is None
+    assert state.store_problem is not None and "not a database" in state.store_problem
+
+
+def test_a_held_lock_is_reported_not_waited_on(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    KnownGoodStore(path).record("sig", {"micro_batch_size": 4}, "fit")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another dsguard in the middle of a write
+    try:
+        state = FitState(dataclasses.replace(_facts(40 * GIB), signature="sig"),
+                         store=KnownGoodStore(path))  # fmt: skip
+        assert state.known() == {}
+        assert state.store_problem is not None and "locked" in state.store_problem
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_a_second_run_starts_from_the_config_the_first_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 1 (no model shape for the estimate to trust: nothing predicted to fit) heals an
+    OOM by the ladder and records both outcomes; run 2 of the same regime starts at the
+    config that fitted, with ``plan_applied`` saying ``store``, and fails no more."""
+    monkeypatch.setenv("DSGUARD_STORE", str(tmp_path / "store.sqlite"))
+    facts = dataclasses.replace(_facts(1 * GIB), signature="regime-1")  # nothing fits
+    oom = Script(lines=((1.0, "step 0"), (3.0, OOM)), exit_at_s=None)
+    fits = Script(lines=((1.0, "step 1"), (2.0, "done")), exit_at_s=2.5,
+                  heartbeats=(Beat(at_s=2.0, step=2, gpu_mem_bytes=GIB),))  # fmt: skip
+    code, events, _ = _run(tmp_path / "one", [oom, fits], facts)
+    assert code == 0
+    first = _named(events, "attempt_started")
+    assert len(first) == 2 and not _named(events, "plan_applied")
+    healed = first[1]["knobs"]
+    code, events, _ = _run(tmp_path / "two", [_ok()], facts)
+    assert code == 0
+    (applied,) = _named(events, "plan_applied")
+    assert applied["source"] == "store" and applied["knobs"] == healed
+    assert [s["knobs"] for s in _named(events, "attempt_started")] == [healed]
+    assert not _named(events, "failure_detected")

@@ -270,12 +270,26 @@ def _plan_fit(job: Job, *, as_json: bool) -> int:
     from dsguard.cli.fitplan import plan_dict, plan_lines
     from dsguard.run.fit import plan_for
 
-    fit_plan = plan_for(job)
+    fit_plan, state = plan_for(job)
+    known = state.known()
     if as_json:
-        print(json.dumps(plan_dict(fit_plan), indent=2))
-    else:
-        for line in plan_lines(fit_plan):
-            print(line)
+        out = plan_dict(fit_plan)
+        out["store"] = {
+            "path": None if state.store is None else str(state.store.path),
+            "problem": state.store_problem,
+            "known": [{"knobs": k.as_dict(), "fits": v.fits, "samples_per_s": v.samples_per_s,
+                       "peak_bytes": v.peak_bytes} for k, v in known.items()],
+        }  # fmt: skip
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    for line in plan_lines(fit_plan):
+        print(line)
+    if state.store_problem is not None:
+        print(f"known-good store not used: {state.store_problem}")
+    elif state.store is not None:
+        good = sum(1 for v in known.values() if v.fits)
+        print(f"known-good store {state.store.path}: {good} config(s) known to fit, "
+              f"{len(known) - good} known to fail for this regime")  # fmt: skip
     return EXIT_OK
 
 

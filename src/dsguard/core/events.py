@@ -631,8 +631,17 @@ class EstimateCalibrated(Event):
     scale: float
 
 
+class StoreUnavailable(Event):
+    """The known-good store could not be read or written (a corrupt file, a lock another
+    dsguard held past the timeout, an unwritable directory): the run plans and heals
+    without it."""
+
+    reason: str
+
+
 EVENTS.update(
     {
+        "store_unavailable": StoreUnavailable,
         "plan_applied": PlanApplied,
         "plan_skipped": PlanSkipped,
         "evidence_considered": EvidenceConsidered,

@@ -15,7 +15,7 @@ accident of ladder order.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dsguard.core.estimate import Estimate, ModelShape, Regime, estimate
@@ -160,13 +160,31 @@ class FitInputs:
     rungs: tuple[str, ...] = field(default=())
     #: Nothing will be resumed: any move is free at the start (see :func:`reachable`).
     fresh: bool = True
+    #: The regime signature for the known-good store ("" = do not use the store).
+    signature: str = ""
 
 
-def plan_fit(start: Knobs, ctx: RungContext, inputs: FitInputs) -> FitPlan:
+@dataclass(frozen=True, slots=True)
+class KnownOutcome:
+    """What an earlier run of the same regime measured for one config (the store)."""
+
+    fits: bool
+    samples_per_s: float | None = None
+    peak_bytes: int | None = None
+
+
+def plan_fit(
+    start: Knobs,
+    ctx: RungContext,
+    inputs: FitInputs,
+    known: Mapping[Knobs, KnownOutcome] | None = None,
+) -> FitPlan:
     """Estimate every reachable config; choose the fastest predicted to fit.
 
     The start config is kept when it is predicted to fit (nothing to gain), and also when
-    nothing is (the ladder will learn from a real failure; the plan says so).
+    nothing is (the ladder will learn from a real failure; the plan says so). ``known``
+    outcomes of earlier runs overrule the estimate: a config known to have failed is never
+    chosen, and the fastest config known to fit (measured samples/s) wins over any estimate.
     """
     r = inputs.regime
     cands: list[Candidate] = []
@@ -174,11 +192,16 @@ def plan_fit(start: Knobs, ctx: RungContext, inputs: FitInputs) -> FitPlan:
     for path, knobs in reachable(start, rungs, ctx, allow_new_phase=inputs.fresh):
         est = estimate(inputs.shape, knobs, r, scale=inputs.scale)
         ok = fits(est, inputs.available_bytes, inputs.margin, inputs.host_available_bytes)
+        if known is not None and knobs in known:
+            ok = known[knobs].fits
         cands.append(Candidate(knobs, path, est, relative_step_time(start, knobs, r.device), ok))
     base = FitPlan(
         start, r.device, inputs.available_bytes, inputs.margin, tuple(cands), None,
         shape=inputs.shape,
     )  # fmt: skip
+    from_store = _from_store(base, known or {})
+    if from_store is not None:
+        return from_store
     if inputs.available_bytes is None:
         return _with(base, note="the memory available is unknown: the start config is kept")
     if cands[0].fits:
@@ -191,6 +214,19 @@ def plan_fit(start: Knobs, ctx: RungContext, inputs: FitInputs) -> FitPlan:
         )  # fmt: skip
     best = min(fitting, key=lambda c: (c.step_time, len(c.path)))
     return _with(base, chosen=best, note=f"reached by {', '.join(best.path)}")
+
+
+def _from_store(plan: FitPlan, known: Mapping[Knobs, KnownOutcome]) -> FitPlan | None:
+    """The fastest config an earlier run measured to fit (None: the store knows none)."""
+    good = [c for c in plan.candidates if c.knobs in known and known[c.knobs].fits]
+    if not good:
+        return None
+    best = max(good, key=lambda c: (known[c.knobs].samples_per_s or 0.0, -c.step_time))
+    sps = known[best.knobs].samples_per_s
+    speed = "" if sps is None else f", {sps:.3g} samples/s measured"
+    if not best.path:
+        return _with(plan, source="store", note=f"the start config is known to fit{speed}")
+    return _with(plan, chosen=best, source="store", note=f"known to fit{speed}")
 
 
 def _with(plan: FitPlan, **changes: object) -> FitPlan:

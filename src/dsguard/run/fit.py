@@ -16,13 +16,14 @@ from typing import Any
 
 from dsguard.core.estimate import Regime, ds_buffers, estimate
 from dsguard.core.evidence import MoveEvidence, parse_oom
-from dsguard.core.fit import FitInputs, FitPlan, plan_fit
+from dsguard.core.fit import FitInputs, FitPlan, KnownOutcome, plan_fit
 from dsguard.core.ladder import PolicyConfig
 from dsguard.core.rungs import RungContext
 from dsguard.host.modelshape import flag_value, read_model_shape
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import Job
 from dsguard.run.events import EventLog
+from dsguard.run.store import KnownGoodStore, Outcome, StoreUnavailable, signature, summarize
 
 #: Values of a boolean flag that mean "on" (HF's argument parser accepts these).
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -49,17 +50,18 @@ def dtype_bytes(args: Sequence[str], ds: Mapping[str, Any] | None) -> int:
     return 4
 
 
-def gpu_available_bytes(job: Job) -> tuple[int | None, bool]:
-    """(bytes free for one rank on the tightest of the job's GPUs, whether any GPU exists).
+def gpu_available_bytes(job: Job) -> tuple[int | None, bool, str]:
+    """(bytes free for one rank on the tightest of the job's GPUs, whether any GPU exists,
+    the GPU's name and total memory for the regime signature).
 
     Free = total minus what other processes hold (NVML), times the job's memory fraction."""
     from dsguard.host.gpu import GpuSnapshot, snapshot
 
     snap = snapshot(timeout_s=10.0)
     if not isinstance(snap, GpuSnapshot) or not snap.devices:
-        return None, False
+        return None, False, ""
     wanted = set(job.gpus) if job.gpus else {d.index for d in snap.devices}
-    frees: list[int] = []
+    frees: list[tuple[int, str]] = []
     for dev in snap.devices:
         if dev.index not in wanted or dev.total_bytes is None:
             continue
@@ -67,8 +69,34 @@ def gpu_available_bytes(job: Job) -> tuple[int | None, bool]:
         free = dev.total_bytes - held
         if job.resources.gpu_memory_fraction is not None:
             free = min(free, int(dev.total_bytes * job.resources.gpu_memory_fraction))
-        frees.append(free)
-    return (min(frees) if frees else None), True
+        frees.append((free, f"{dev.name} {dev.total_bytes}"))
+    if not frees:
+        return None, True, ""
+    free, desc = min(frees)
+    return free, True, desc
+
+
+#: Asked of the training interpreter (no torch import: metadata only, milliseconds).
+_VERSIONS_CODE = (
+    "import importlib.metadata as m\n"
+    "for n in ('torch', 'deepspeed', 'transformers'):\n"
+    "    try: print(n, m.version(n))\n"
+    "    except Exception: print(n, '-')\n"
+)
+
+
+def training_versions(python: str) -> dict[str, str]:
+    """torch / DeepSpeed / transformers versions of the training environment ({} unknown)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            [python, "-c", _VERSIONS_CODE], capture_output=True, text=True, timeout=30,
+            check=False,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
 
 
 def host_available_bytes(job: Job) -> int | None:
@@ -83,7 +111,7 @@ def fit_inputs(job: Job, *, scale: float = 1.0) -> FitInputs | str:
     shape, where = read_model_shape(job.args, job.workdir)
     if shape is None:
         return where
-    gpu_free, has_gpu = gpu_available_bytes(job)
+    gpu_free, has_gpu, gpu_desc = gpu_available_bytes(job)
     host_free = host_available_bytes(job)
     ds = job.deepspeed.base if job.deepspeed is not None else None
     attn = flag_value(job.args, "--attn_implementation")
@@ -98,29 +126,35 @@ def fit_inputs(job: Job, *, scale: float = 1.0) -> FitInputs | str:
         buffers=ds_buffers(ds, shape.hidden_size),
     )
     per_rank_host = None if host_free is None else host_free // max(1, job.world_size)
+    parts = {
+        "model": {k: v for k, v in dataclasses.asdict(shape).items() if k != "source"},
+        "params": shape.param_count(),
+        "memory": gpu_desc if has_gpu else f"host {host_free}",
+        "world_size": job.world_size, "dtype_bytes": regime.dtype_bytes,
+        "attention": attn or "default", "knobs": job.knobs.as_dict(),
+        "deepspeed": ds, "versions": training_versions(job.python),
+    }  # fmt: skip
     return FitInputs(
         shape=shape, regime=regime,
         available_bytes=gpu_free if has_gpu else host_free,
         host_available_bytes=per_rank_host if has_gpu else None,
         scale=scale, rungs=(*job.ladder.oom, *job.ladder.host_oom),
+        signature=signature(parts),
     )  # fmt: skip
 
 
-def plan_for(job: Job, start: Knobs | None = None, *, fresh: bool = True,
-             scale: float = 1.0) -> FitPlan:  # fmt: skip
-    """The first-fit plan for ``job`` from ``start`` (default: the job's knobs).
+def plan_for(job: Job, *, fresh: bool = True) -> tuple[FitPlan, FitState]:
+    """The first-fit plan for ``job`` from its knobs, and the state it came from (its
+    store's knowledge and problems: ``dsguard plan --fit`` shows both).
 
     ``fresh``: nothing is resumed, so a ZeRO stage change costs nothing (no checkpoint of
     the old stage exists); otherwise only moves the ladder itself would allow are planned.
     """
-    start = start or job.knobs
-    got = fit_inputs(job, scale=scale)
-    if isinstance(got, str):
-        return FitPlan(start, "unknown", None, 0.0, note=f"model shape unknown: {got}")
+    state = start_fit_state(job)
     ctx = PolicyConfig.from_job(job).ctx
     if fresh:
         ctx = dataclasses.replace(ctx, can_start_phase=True, exact_zero_transfer=True)
-    return plan_fit(start, ctx, dataclasses.replace(got, fresh=fresh))
+    return state.plan(job.knobs, ctx, fresh=fresh), state
 
 
 #: Element sizes a DeepSpeed buffer may be allocated in (fp16/bf16, fp32).
@@ -137,6 +171,10 @@ class FitState:
     unavailable: str = ""
     scale: float = 1.0
     earlier: list[tuple[int, int]] = field(default_factory=list)
+    #: The known-good store, or None (no signature, or unusable: ``store_problem`` says why).
+    store: KnownGoodStore | None = None
+    store_problem: str | None = None
+    store_problem_noted: bool = False
 
     def predict(self, knobs: Knobs) -> int | None:
         if self.inputs is None:
@@ -149,7 +187,39 @@ class FitState:
                 start, "unknown", None, 0.0, note=f"model shape unknown: {self.unavailable}"
             )
         inputs = dataclasses.replace(self.inputs, scale=self.scale, fresh=fresh)
-        return plan_fit(start, ctx, inputs)
+        return plan_fit(start, ctx, inputs, self.known())
+
+    def known(self) -> dict[Knobs, KnownOutcome]:
+        """What the store knows of this regime ({} without a usable store)."""
+        if self.store is None or self.inputs is None or not self.inputs.signature:
+            return {}
+        try:
+            records = self.store.lookup(self.inputs.signature)
+        except StoreUnavailable as exc:
+            self._lose_store(str(exc))
+            return {}
+        out: dict[Knobs, KnownOutcome] = {}
+        for entry in summarize(records).values():
+            try:
+                knobs = Knobs.from_dict(entry["knobs"])
+            except (TypeError, ValueError):
+                continue
+            out[knobs] = KnownOutcome(
+                entry["outcome"] == "fit", entry["samples_per_s"], entry["peak_bytes"]
+            )
+        return out
+
+    def remember(self, knobs: Knobs, outcome: Outcome, peak: int | None, sps: float | None) -> None:
+        """Record an attempt's outcome for later runs of the same regime."""
+        if self.store is None or self.inputs is None or not self.inputs.signature:
+            return
+        try:
+            self.store.record(self.inputs.signature, knobs.as_dict(), outcome, peak, sps)
+        except StoreUnavailable as exc:
+            self._lose_store(str(exc))
+
+    def _lose_store(self, why: str) -> None:
+        self.store, self.store_problem = None, why
 
     def evidence(
         self, lines: Sequence[str], knobs: Knobs, ds: Mapping[str, Any] | None
@@ -196,7 +266,11 @@ class FitState:
         return predicted, measured, what
 
 
-def start_fit_state(job: Job, gather: Callable[[Job], FitInputs | str] = fit_inputs) -> FitState:
+def start_fit_state(
+    job: Job,
+    gather: Callable[[Job], FitInputs | str] = fit_inputs,
+    store: KnownGoodStore | None = None,
+) -> FitState:
     """Gather the estimator's facts once per run (never raises: a plan is an optimisation)."""
     try:
         got = gather(job)
@@ -204,7 +278,7 @@ def start_fit_state(job: Job, gather: Callable[[Job], FitInputs | str] = fit_inp
         return FitState(None, f"planning failed: {type(exc).__name__}: {exc}")
     if isinstance(got, str):
         return FitState(None, got)
-    return FitState(got)
+    return FitState(got, store=store or KnownGoodStore())
 
 
 def emit_plan(events: EventLog, plan: FitPlan, job_knobs: Knobs) -> None:

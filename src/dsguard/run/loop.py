@@ -126,6 +126,13 @@ def _emit_evidence(events: EventLog, ev: MoveEvidence, decision: Decision) -> No
     )
 
 
+def _note_store(events: EventLog, fit: FitState) -> None:
+    """``store_unavailable`` once, the first time the known-good store failed."""
+    if fit.store_problem is not None and not fit.store_problem_noted:
+        fit.store_problem_noted = True
+        events.emit("store_unavailable", reason=fit.store_problem)
+
+
 def new_run_id(now: datetime) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
@@ -405,6 +412,7 @@ class Supervisor:
         )  # fmt: skip
         if fit_plan is not None:
             emit_plan(events, fit_plan, job.knobs)
+        _note_store(events, fit)
         return _Run(
             run_id=run_id, events=events, sm=sm, ledger=ledger, cfg=PolicyConfig.from_job(job),
             t0=self.host.monotonic(), recovered=recovered is not None,
@@ -804,6 +812,7 @@ class Supervisor:
                 obs.progressed,
             ),
         )  # fmt: skip
+        self._remember(run, obs, failure)
         if failure is None:
             return _Next(
                 RunState.SUCCEEDED, "the training command exited 0", exit_code=EXIT_SUCCEEDED
@@ -878,6 +887,20 @@ class Supervisor:
             host_rss_peak_bytes=max((hb.host_rss_bytes or 0 for hb in beats), default=0)
             or None,
         )  # fmt: skip
+
+    def _remember(self, run: _Run, obs: Observation, failure: Failure | None) -> None:
+        """The attempt's outcome for later runs of the same regime: its config ran out of
+        memory, or finished optimizer steps (then with its peak and samples/s; the rate
+        includes start-up, so it understates a long run's)."""
+        knobs = run.ledger.knobs
+        if failure is not None and failure.kind in LADDER_FOR:
+            run.fit.remember(knobs, "oom", None, None)
+        elif obs.last_step is not None and obs.last_step >= 1:
+            peak = obs.gpu_mem_peak_bytes or obs.host_rss_peak_bytes
+            batch = knobs.global_batch(self.job.world_size)
+            sps = obs.last_step * batch / obs.duration_s if obs.duration_s > 0 else None
+            run.fit.remember(knobs, "fit", peak, sps)
+        _note_store(run.events, run.fit)
 
     @staticmethod
     def _calibrate(run: _Run, obs: Observation) -> None:
