@@ -227,18 +227,18 @@ def activation_bytes_per_layer(
     shape: ModelShape, micro: int, seq: int, dtype_bytes: int, efficient_attention: bool
 ) -> int:
     """Activations one LLaMA-style layer keeps for backward (Korthikanti et al. 2022, eq. 1,
-    re-derived for RMSNorm + gated MLP + grouped K/V, no dropout):
+    re-derived for HF's LLaMA layer: RMSNorm, RoPE, gated SiLU MLP, grouped K/V, no dropout).
 
-    * two RMSNorm inputs (2sbh), the q/k/v projection input (sbh), q (sbh) and k/v
-      (2*s*b*h_kv) for the attention backward, the o-projection input (sbh);
-    * the gated MLP: its input (sbh) and four s*b*I tensors (gate output, SiLU output, up
-      output, their product);
-    * eager attention: the softmax output in fp32 (HF upcasts it) and in the compute dtype,
-      ``a*s*s*b*(4 + e)``; memory-efficient attention: the output's log-sum-exp only.
+    Per token, in 16-bit units (scaled by ``dtype_bytes / 2``): each of the two RMSNorms keeps
+    its fp32 input (4h), the normalised 2h and the weighted output 2h; q and o after RoPE,
+    the attention output and o_proj's contiguous input 6h; k and v ``4*h_kv``; the MLP's
+    gate, activation, up and product ``8*I``: ``22h + 4*h_kv + 8*I`` bytes. Eager attention
+    adds the probabilities in fp32 and in the compute dtype, ``a*s*(4 + e)`` per token;
+    memory-efficient attention keeps only the log-sum-exp (4 bytes per head and token).
     """
     h, i = shape.hidden_size, shape.intermediate_size
     tokens = micro * seq
-    linear = dtype_bytes * tokens * (6 * h + 2 * shape.kv_hidden + 4 * i)
+    linear = tokens * (22 * h + 4 * shape.kv_hidden + 8 * i) * dtype_bytes // 2
     if efficient_attention:
         core = 4 * micro * shape.num_heads * seq
     else:
