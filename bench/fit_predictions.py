@@ -57,7 +57,9 @@ def regime_of(sc: gpu.Scenario) -> Regime:
         dtype_bytes=2,
         efficient_attention=not sc.eager,
         lora_rank=gpu.LORA_R,
-        buffers=DsBuffers(gpu.REDUCE_BUCKET, gpu.REDUCE_BUCKET, 50_000_000, 1_000_000_000),
+        buffers=DsBuffers(
+            gpu.REDUCE_BUCKET, gpu.REDUCE_BUCKET, 50_000_000, 1_000_000_000, overlap_comm=True
+        ),
     )
 
 
@@ -138,7 +140,9 @@ def dry_rows() -> list[dict[str, Any]]:
     for (model, c), measured in DRY_MEASURED_GIB.items():
         regime = Regime(
             "cpu", dtype_bytes=4, efficient_attention=model != "dry-tiny", lora_rank=gpu.LORA_R,
-            buffers=DsBuffers(gpu.REDUCE_BUCKET, gpu.REDUCE_BUCKET, 50_000_000, 1_000_000_000),
+            buffers=DsBuffers(
+                gpu.REDUCE_BUCKET, gpu.REDUCE_BUCKET, 50_000_000, 1_000_000_000, overlap_comm=True
+            ),
         )  # fmt: skip
         est = estimate(shape_of(gpu.MODELS[model]), knobs_of(c), regime)
         predicted = est.host_peak_bytes / GIB

@@ -60,11 +60,12 @@ DS_BUCKET_DEFAULTS: dict[str, int] = {
 BUCKET_KEYS: tuple[str, ...] = tuple(DS_BUCKET_DEFAULTS)
 
 #: Host memory of the training process that no term below accounts for: the interpreter,
-#: torch's and DeepSpeed's libraries, the tokenizer and the dataset. 1.5 GiB is what the
-#: reference trainer's peak virtual memory (the quantity RLIMIT_AS limits) exceeds its
-#: model-state-plus-activation estimate by in ``configs/examples/tiny-cpu.yaml``'s measured
-#: figures; calibration replaces it with the run's own ratio after the first attempt.
-HOST_RUNTIME_BYTES = 3 * 2**29
+#: torch's and DeepSpeed's libraries, the tokenizer and the dataset, as peak *virtual* memory
+#: (what RLIMIT_AS limits). 1 GiB is the intercept of P5's measured VmPeaks (dsguard's
+#: reference trainer, fp32 ZeRO-2 on CPU, ``bench/p5_results.json``: peak = intercept + a
+#: slope per sample, the estimate's buckets and model states taken off); calibration
+#: replaces the whole estimate's scale with the run's own ratio after an attempt.
+HOST_RUNTIME_BYTES = 2**30
 
 #: Sequence length assumed when the job does not say (``train.max_length`` unset): the plan
 #: says it assumed it.
@@ -122,6 +123,9 @@ class DsBuffers:
     allgather_bucket: int = DS_BUCKET_DEFAULTS["allgather_bucket_size"]
     prefetch_bucket: int = DS_BUCKET_DEFAULTS["stage3_prefetch_bucket_size"]
     max_live: int = DS_BUCKET_DEFAULTS["stage3_max_live_parameters"]
+    #: ``overlap_comm``: DeepSpeed double-buffers the gradient bucket (ZeRO-1/2
+    #: ``ipg_buffer`` holds two of them) to overlap the reduction with the backward.
+    overlap_comm: bool = False
 
 
 def ds_buffers(config: Mapping[str, Any] | None, hidden_size: int | None = None) -> DsBuffers:
@@ -133,6 +137,7 @@ def ds_buffers(config: Mapping[str, Any] | None, hidden_size: int | None = None)
     hidden size: DeepSpeed's default (an over-estimate, never an under-estimate).
     """
     zero = (config or {}).get("zero_optimization") or {}
+    overlap = zero.get("overlap_comm") is True
     auto = {
         "reduce_bucket_size": hidden_size * hidden_size if hidden_size else None,
         "stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size)
@@ -148,7 +153,7 @@ def ds_buffers(config: Mapping[str, Any] | None, hidden_size: int | None = None)
             values.append(int(auto[key] or default))
         else:
             values.append(default)
-    return DsBuffers(*values)
+    return DsBuffers(*values, overlap_comm=overlap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +258,12 @@ def _activations(shape: ModelShape, k: Knobs, seq: int, r: Regime) -> int:
     tokens = k.micro_batch_size * seq
     layer_input = r.dtype_bytes * tokens * shape.hidden_size
     if k.gradient_checkpointing:
-        # Each layer's input is kept; one layer's activations exist during its recompute.
+        # Each layer's input is kept; one layer's activations exist during its recompute,
+        # and its backward then allocates the gradient of the eager attention matrix (fp32,
+        # as large as the probabilities) while they are alive.
         layers = shape.num_layers * layer_input + per_layer
+        if not r.efficient_attention:
+            layers += 4 * k.micro_batch_size * shape.num_heads * seq * seq
     else:
         layers = shape.num_layers * per_layer
     # Logits in the compute dtype, their fp32 upcast for the loss, and its gradient.
@@ -302,7 +311,7 @@ def _buffers(shape: ModelShape, k: Knobs, r: Regime) -> tuple[int, int]:
     b = r.buffers
     e = r.dtype_bytes
     p = shape.param_count()
-    reduce = e * (b.reduce_bucket // div)
+    reduce = e * (b.reduce_bucket // div) * (2 if b.overlap_comm else 1)
     if k.zero_stage >= 3:
         live = min(b.max_live // div + b.prefetch_bucket // div, p)
         gathered = e * max(live, shape.largest_layer_params())
