@@ -287,3 +287,17 @@ def test_a_second_run_starts_from_the_config_the_first_found(
     assert applied["source"] == "store" and applied["knobs"] == healed
     assert [s["knobs"] for s in _named(events, "attempt_started")] == [healed]
     assert not _named(events, "failure_detected")
+
+
+def test_cpu_calibration_only_where_rss_is_what_is_limited() -> None:
+    """Under RLIMIT_AS the limit is virtual memory: an RSS-based scale would shrink the
+    estimate below what fails, so it is not taken."""
+    cpu = FitInputs(SHAPE, Regime("cpu", dtype_bytes=4), 64 * GIB)
+    knobs = Knobs(1, 1, max_length=128, zero_stage=2)
+    limited = FitState(cpu, rss_comparable=False)
+    assert limited.calibrate(knobs, None, 10 * GIB) is None and limited.scale == 1.0
+    cgroup = FitState(cpu)
+    got = cgroup.calibrate(knobs, None, 10 * GIB)
+    assert got is not None and got[2] == "host_rss" and got[1] == 10 * GIB
+    assert cgroup.scale == pytest.approx(10 * GIB / got[0])
+    assert cgroup.predict(knobs) == pytest.approx(10 * GIB, rel=1e-6)

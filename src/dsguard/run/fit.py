@@ -175,6 +175,10 @@ class FitState:
     store: KnownGoodStore | None = None
     store_problem: str | None = None
     store_problem_noted: bool = False
+    #: Host RSS measures what limits the job (a cgroup or the RAM). Under RLIMIT_AS
+    #: (``resources.host_memory_limit``) the limit is virtual memory, which RSS understates:
+    #: calibrating a CPU estimate on RSS would then shrink it below what fails.
+    rss_comparable: bool = True
 
     def predict(self, knobs: Knobs) -> int | None:
         if self.inputs is None:
@@ -258,8 +262,10 @@ class FitState:
         est = estimate(self.inputs.shape, knobs, self.inputs.regime)
         if est.gpu is not None:
             measured, what, predicted = gpu_peak, "max_memory_reserved", est.gpu.total
-        else:
+        elif self.rss_comparable:
             measured, what, predicted = host_peak, "host_rss", est.host.total
+        else:
+            return None
         if not measured or predicted <= 0:
             return None
         self.scale = measured / predicted
@@ -278,7 +284,11 @@ def start_fit_state(
         return FitState(None, f"planning failed: {type(exc).__name__}: {exc}")
     if isinstance(got, str):
         return FitState(None, got)
-    return FitState(got, store=store or KnownGoodStore())
+    return FitState(
+        got,
+        store=store or KnownGoodStore(),
+        rss_comparable=job.resources.host_memory_limit_bytes is None,
+    )
 
 
 def emit_plan(events: EventLog, plan: FitPlan, job_knobs: Knobs) -> None:
