@@ -309,5 +309,9 @@ def emit_plan(events: EventLog, plan: FitPlan, job_knobs: Knobs) -> None:
         start_predicted_peak_bytes=start.estimate.peak_bytes,
         available_bytes=plan.available_bytes, margin=plan.margin, device=plan.device,
         relative_step_time=round(chosen.step_time, 3),
-        reason=f"the start config is predicted not to fit; {plan.note}",
+        reason=(
+            f"the start config is predicted not to fit; {plan.note}"
+            if plan.source == "estimate"
+            else f"an earlier run of this regime measured it: {plan.note}"
+        ),
     )  # fmt: skip
