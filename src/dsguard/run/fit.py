@@ -112,6 +112,9 @@ def fit_inputs(job: Job, *, scale: float = 1.0) -> FitInputs | str:
     if shape is None:
         return where
     gpu_free, has_gpu, gpu_desc = gpu_available_bytes(job)
+    # A job that names GPUs trains on them even where this command cannot see them (a login
+    # node): its budget is then unknown, not the host's memory.
+    has_gpu = has_gpu or bool(job.gpus)
     host_free = host_available_bytes(job)
     ds = job.deepspeed.base if job.deepspeed is not None else None
     attn = flag_value(job.args, "--attn_implementation")
