@@ -301,3 +301,17 @@ def test_cpu_calibration_only_where_rss_is_what_is_limited() -> None:
     assert got is not None and got[2] == "host_rss" and got[1] == 10 * GIB
     assert cgroup.scale == pytest.approx(10 * GIB / got[0])
     assert cgroup.predict(knobs) == pytest.approx(10 * GIB, rel=1e-6)
+
+
+def test_a_job_on_gpus_this_machine_cannot_see_has_an_unknown_budget(tmp_path: Path) -> None:
+    """No NVML here: a job naming GPUs is planned against GPU memory, which is unknown; the
+    host's RAM must not stand in for it."""
+    from dsguard.run.fit import fit_inputs
+
+    path = _plan_job(tmp_path, "4GiB")
+    text = path.read_text().replace("name: fake\n", "name: fake\ngpus: [0]\n")
+    path.write_text(text)
+    got = fit_inputs(load_job(path))
+    assert isinstance(got, FitInputs)
+    assert got.regime.device == "gpu" and got.available_bytes is None
+    assert len(got.signature) == 32
