@@ -101,9 +101,10 @@ def test_a_config_predicted_to_fit_is_kept(tmp_path: Path) -> None:
 
 def test_an_unforeseen_oom_is_healed_by_evidence_and_calibrates(tmp_path: Path) -> None:
     """The plan keeps the start (it predicts a fit), the attempt OOMs anyway after one step
-    with a measured peak: the estimate is calibrated, the evidence is logged, and the next
+    with a measured peak above the prediction (a lower bound of the need, so it may only
+    scale the estimate up): the estimate is calibrated, the evidence is logged, and the next
     move is chosen by predicted savings."""
-    measured = 70 * GIB
+    measured = 150 * GIB
     first = Script(
         lines=((1.0, "step 1"), (3.0, OOM)), exit_at_s=None,
         heartbeats=(Beat(at_s=2.0, step=1, gpu_mem_bytes=measured),),
@@ -301,6 +302,11 @@ def test_cpu_calibration_only_where_rss_is_what_is_limited() -> None:
     assert got is not None and got[2] == "host_rss" and got[1] == 10 * GIB
     assert cgroup.scale == pytest.approx(10 * GIB / got[0])
     assert cgroup.predict(knobs) == pytest.approx(10 * GIB, rel=1e-6)
+    # After an OOM the peak seen is a lower bound: it never scales the estimate down.
+    assert cgroup.calibrate(knobs, None, 5 * GIB, lower_bound=True) is None
+    assert cgroup.predict(knobs) == pytest.approx(10 * GIB, rel=1e-6)
+    assert cgroup.calibrate(knobs, None, 20 * GIB, lower_bound=True) is not None
+    assert cgroup.predict(knobs) == pytest.approx(20 * GIB, rel=1e-6)
 
 
 def test_a_job_on_gpus_this_machine_cannot_see_has_an_unknown_budget(tmp_path: Path) -> None:

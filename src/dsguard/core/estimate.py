@@ -153,7 +153,8 @@ def ds_buffers(config: Mapping[str, Any] | None, hidden_size: int | None = None)
             values.append(int(auto[key] or default))
         else:
             values.append(default)
-    return DsBuffers(*values, overlap_comm=overlap)
+    reduce, allgather, prefetch, live = values
+    return DsBuffers(reduce, allgather, prefetch, live, overlap_comm=overlap)
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,10 +256,17 @@ class FitState:
         return value
 
     def calibrate(
-        self, knobs: Knobs, gpu_peak: int | None, host_peak: int | None
+        self,
+        knobs: Knobs,
+        gpu_peak: int | None,
+        host_peak: int | None,
+        *,
+        lower_bound: bool = False,
     ) -> tuple[int, int, str] | None:
         """Measured against predicted (unscaled) peak of ``knobs``; sets the scale. Returns
-        (predicted, measured, what was measured), or None when there is nothing to compare."""
+        (predicted, measured, what was measured), or None when there is nothing to compare.
+        ``lower_bound``: the attempt died of memory, so the measured peak is less than the
+        need; only a measurement above the scaled prediction moves the scale (up)."""
         if self.inputs is None:
             return None
         est = estimate(self.inputs.shape, knobs, self.inputs.regime)
@@ -270,6 +277,8 @@ class FitState:
         else:
             return None
         if not measured or predicted <= 0:
+            return None
+        if lower_bound and measured <= predicted * self.scale:
             return None
         self.scale = measured / predicted
         return predicted, measured, what

@@ -801,7 +801,6 @@ class Supervisor:
         obs = self._observe(run, cur)
         run.ledger = record_caps(run.ledger, obs.caps)
         self._emit_finished(run, obs)
-        self._calibrate(run, obs)
         if obs.ended_by == "stop":
             return self._stopped()
         failure = verdict(obs)
@@ -812,7 +811,8 @@ class Supervisor:
                 obs.progressed,
             ),
         )  # fmt: skip
-        self._remember(run, obs, failure)
+        self._calibrate(run, obs, failure)
+        self._remember(run, cur, obs, failure)
         if failure is None:
             return _Next(
                 RunState.SUCCEEDED, "the training command exited 0", exit_code=EXIT_SUCCEEDED
@@ -888,27 +888,34 @@ class Supervisor:
             or None,
         )  # fmt: skip
 
-    def _remember(self, run: _Run, obs: Observation, failure: Failure | None) -> None:
+    def _remember(
+        self, run: _Run, cur: _Current, obs: Observation, failure: Failure | None
+    ) -> None:
         """The attempt's outcome for later runs of the same regime: its config ran out of
-        memory, or finished optimizer steps (then with its peak and samples/s; the rate
-        includes start-up, so it understates a long run's)."""
+        memory, or succeeded / finished optimizer steps (then with its peak and samples/s
+        over the steps it ran; the rate includes start-up, so it understates a long run's)."""
         knobs = run.ledger.knobs
         if failure is not None and failure.kind in LADDER_FOR:
             run.fit.remember(knobs, "oom", None, None)
-        elif obs.last_step is not None and obs.last_step >= 1:
+        elif failure is None or (obs.last_step is not None and obs.last_step >= 1):
             peak = obs.gpu_mem_peak_bytes or obs.host_rss_peak_bytes
+            steps = (obs.last_step or 0) - (cur.start_step or 0)
             batch = knobs.global_batch(self.job.world_size)
-            sps = obs.last_step * batch / obs.duration_s if obs.duration_s > 0 else None
+            sps = steps * batch / obs.duration_s if steps > 0 and obs.duration_s > 0 else None
             run.fit.remember(knobs, "fit", peak, sps)
         _note_store(run.events, run.fit)
 
     @staticmethod
-    def _calibrate(run: _Run, obs: Observation) -> None:
-        """An attempt that finished optimizer steps measured its config's real peak: the
-        estimator is scaled to it for the rest of the run."""
+    def _calibrate(run: _Run, obs: Observation, failure: Failure | None) -> None:
+        """An attempt that finished optimizer steps measured its config's peak: the
+        estimator is scaled to it for the rest of the run. After a memory failure the peak
+        seen is only a lower bound of the need: it may scale the estimate up, never down."""
         if obs.last_step is None or obs.last_step < 1:
             return
-        got = run.fit.calibrate(run.ledger.knobs, obs.gpu_mem_peak_bytes, obs.host_rss_peak_bytes)
+        oom = failure is not None and failure.kind in LADDER_FOR
+        got = run.fit.calibrate(
+            run.ledger.knobs, obs.gpu_mem_peak_bytes, obs.host_rss_peak_bytes, lower_bound=oom
+        )
         if got is not None:
             predicted, measured, what = got
             run.events.emit(
