@@ -144,10 +144,15 @@ def test_a_bucket_sized_allocation_takes_ds_buckets_first() -> None:
     assert "DeepSpeed buffer" in choice.why
 
 
-def test_the_same_allocation_at_two_micro_batches_is_not_the_batch() -> None:
+def test_the_same_allocation_at_three_micro_batches_is_not_the_batch() -> None:
     k = Knobs(4, 2, max_length=2048, zero_stage=2)
-    ev = MoveEvidence(figures=OomFigures(tried_bytes=123_456_789), earlier=((8, 123_456_789),))
-    assert buffer_bound(k, ev) is not None
+    once = MoveEvidence(figures=OomFigures(tried_bytes=123_456_789), earlier=((8, 123_456_789),))
+    assert buffer_bound(k, once) is None  # one repeat may be a coincidence
+    ev = MoveEvidence(
+        figures=OomFigures(tried_bytes=123_456_789),
+        earlier=((16, 123_456_789), (8, 123_456_789)),
+    )
+    assert "16, 8, 4" in (buffer_bound(k, ev) or "")
     choice = choose_move(("micro_batch", "gradient_checkpointing", "zero3"), k, CTX, ev)
     assert choice is not None and choice.move.knobs.gradient_checkpointing
     # A size that shrank with the batch is activations: the micro-batch moves again.

@@ -311,7 +311,7 @@ def check_stop_during_gpu_release_wait(o: Outcome) -> None:
 
 SCENARIOS = [
     # Activation OOMs shrink with the micro-batch (2 GiB at 8, 1 GiB at 4): the same size
-    # at two micro-batches would say the batch is not the problem (core.evidence).
+    # at three micro-batches would say the batch is not the problem (core.evidence).
     Scenario("oom_ladder_walk_keeps_global_batch",
              [oom_attempt(), oom_attempt(line=OOM.replace("2.00", "1.00")), ok_attempt()],
              check_oom_ladder),

@@ -12,7 +12,7 @@ On a default ladder (the job file did not spell its order out), :func:`choose_mo
 
 1. parses the OOM figures (:func:`parse_oom`);
 2. takes ``ds_buckets`` first when the failing allocation is a configured buffer's size, or
-   the same size failed at two micro-batches;
+   the same size failed at three micro-batches;
 3. prefers moves that keep training exact over ``max_length`` and LoRA, which change what is
    learned;
 4. with an estimator, skips moves predicted to save nothing, and takes the cheapest move
@@ -56,6 +56,10 @@ UNMODELLED_RUNGS = frozenset({"dataloader_workers", "pin_memory"})
 
 #: Two allocation sizes within this fraction are "the same allocation".
 SAME_SIZE = 0.02
+#: Micro-batches at which the same allocation must have failed before the batch is ruled
+#: out (the run_clm case: 200000000 bytes at 8, at 4 and at 2). Two is not enough: a scripted
+#: or coincidental repeat at one halving would send the ladder off the micro-batch too early.
+SAME_SIZE_REPEATS = 3
 
 
 def _bytes(value: str, unit: str) -> int:
@@ -122,12 +126,16 @@ def buffer_bound(knobs: Knobs, ev: MoveEvidence) -> str | None:
     for size in ev.bucket_bytes:
         if size > 0 and _same(tried, size):
             return f"the failing allocation ({tried} bytes) is a DeepSpeed buffer's size"
-    for micro, earlier in ev.earlier:
-        if micro != knobs.micro_batch_size and _same(tried, earlier):
-            return (
-                f"the same {tried}-byte allocation failed at micro-batch {micro} and "
-                f"{knobs.micro_batch_size}: it does not scale with the batch"
-            )
+    micros = sorted(
+        {m for m, size in ev.earlier if m != knobs.micro_batch_size and _same(tried, size)},
+        reverse=True,
+    )
+    if len(micros) >= SAME_SIZE_REPEATS - 1:
+        at = ", ".join(str(m) for m in (*micros, knobs.micro_batch_size))
+        return (
+            f"the same {tried}-byte allocation failed at micro-batches {at}: it does not "
+            "scale with the batch"
+        )
     return None
 
 
