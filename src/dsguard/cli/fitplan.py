@@ -96,7 +96,7 @@ def plan_lines(plan: FitPlan, limit: int = 40) -> list[str]:
         lines.append(f"... {len(ordered) - limit} more (--json lists all)")
     chosen = plan.chosen
     if chosen is None:
-        lines.append(f"first fit: {plan.note}; the start config is kept")
+        lines.append(f"first fit: {plan.note}")
     else:
         lines.append(
             f"first fit ({plan.source}): {path_text(chosen.path)} -> peak "
