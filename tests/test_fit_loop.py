@@ -321,3 +321,33 @@ def test_a_job_on_gpus_this_machine_cannot_see_has_an_unknown_budget(tmp_path: P
     assert isinstance(got, FitInputs)
     assert got.regime.device == "gpu" and got.available_bytes is None
     assert len(got.signature) == 32
+
+
+CPU_OOM = (
+    "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't "
+    "allocate memory: you tried to allocate 200000000 bytes. Error code 12 (Cannot allocate "
+    "memory)"
+)
+
+
+def test_a_bucket_sized_host_oom_shrinks_the_buckets_not_the_batch(tmp_path: Path) -> None:
+    """The run_clm case: the failing allocation is the 5e7-element fp32 reduce bucket. No
+    model shape is needed: the rendered DeepSpeed config says what the buckets are."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    ds = tmp_path / "buckets.json"
+    ds.write_text(json.dumps({"zero_optimization": {
+        "stage": 2, "reduce_bucket_size": 50_000_000, "allgather_bucket_size": 50_000_000,
+    }}))  # fmt: skip
+    failing = Script(lines=((1.0, "step 0"), (2.0, CPU_OOM)), exit_code=1, exit_at_s=2.5)
+    code, events, _ = _run(
+        tmp_path, [failing, _ok()], "no local model config", deepspeed={"config": str(ds)},
+        train={"micro_batch_size": 8, "gradient_accumulation_steps": 1},
+    )  # fmt: skip
+    assert code == 0
+    (ev,) = _named(events, "evidence_considered")
+    assert ev["tried_bytes"] == 200_000_000 and ev["rung"] == "ds_buckets"
+    started = _named(events, "attempt_started")
+    assert [s["knobs"]["micro_batch_size"] for s in started] == [8, 8]
+    assert started[1]["knobs"]["ds_bucket_divisor"] == 2
+    rendered = json.loads(Path(started[1]["deepspeed_config"]).read_text())
+    assert rendered["zero_optimization"]["reduce_bucket_size"] == 25_000_000
