@@ -137,11 +137,15 @@ def _predict(r: Regime = GPU):  # type: ignore[no-untyped-def]
     return lambda k: estimate(SHAPE, k, r).peak_bytes
 
 
-def test_a_bucket_sized_allocation_takes_ds_buckets_first() -> None:
-    ev = MoveEvidence(figures=OomFigures(tried_bytes=200_000_000), bucket_bytes=(200_000_000,))
-    choice = choose_move(OOM_RUNGS, START, CTX, ev)
+def test_a_bucket_sized_allocation_at_two_micro_batches_takes_ds_buckets_first() -> None:
+    fig = OomFigures(tried_bytes=200_000_000)
+    once = MoveEvidence(figures=fig, bucket_bytes=(200_000_000,))
+    first = choose_move(OOM_RUNGS, START, CTX, once)
+    assert first is not None and OOM_RUNGS[first.index] == "micro_batch"  # once proves little
+    twice = MoveEvidence(figures=fig, bucket_bytes=(200_000_000,), earlier=((32, 200_000_000),))
+    choice = choose_move(OOM_RUNGS, START, CTX, twice)
     assert choice is not None and choice.move.knobs.ds_bucket_divisor == 2
-    assert "DeepSpeed buffer" in choice.why
+    assert "DeepSpeed buffer" in choice.why and "32, 16" in choice.why
 
 
 def test_the_same_allocation_at_three_micro_batches_is_not_the_batch() -> None:
@@ -208,7 +212,10 @@ def _cfg(ladder: Ladder) -> PolicyConfig:
 
 
 def test_an_explicit_ladder_is_walked_as_written_whatever_the_evidence() -> None:
-    ev = MoveEvidence(figures=OomFigures(tried_bytes=200_000_000), bucket_bytes=(200_000_000,))
+    ev = MoveEvidence(
+        figures=OomFigures(tried_bytes=200_000_000), bucket_bytes=(200_000_000,),
+        earlier=((32, 200_000_000),),
+    )  # fmt: skip
     explicit = Ladder(oom=("micro_batch", "ds_buckets"), explicit=frozenset({"oom"}))
     d = decide(FailureKind.CUDA_OOM, knobs=START, positions={}, history=(), cfg=_cfg(explicit),
                evidence=ev)  # fmt: skip

@@ -11,8 +11,8 @@ users list ``reduce_bucket_size`` and ``stage3_max_live_parameters`` as OOM leve
 On a default ladder (the job file did not spell its order out), :func:`choose_move`:
 
 1. parses the OOM figures (:func:`parse_oom`);
-2. takes ``ds_buckets`` first when the failing allocation is a configured buffer's size, or
-   the same size failed at three micro-batches;
+2. takes ``ds_buckets`` first when the failing allocation is a configured buffer's size at
+   two micro-batches, or any one size failed at three;
 3. prefers moves that keep training exact over ``max_length`` and LoRA, which change what is
    learned;
 4. with an estimator, skips moves predicted to save nothing, and takes the cheapest move
@@ -119,19 +119,28 @@ def _same(a: int, b: int) -> bool:
 
 
 def buffer_bound(knobs: Knobs, ev: MoveEvidence) -> str | None:
-    """Why the failing allocation looks like a buffer, not activations (or None)."""
+    """Why the failing allocation looks like a buffer, not activations (or None).
+
+    A bucket-sized allocation that failed at two micro-batches (the run_clm case), or any
+    allocation that failed at three. A bucket-sized allocation seen once proves little (the
+    bucket may just have been the last allocation before activations filled memory): the
+    prediction-based choice weighs it instead (the move must save the failing allocation).
+    """
     tried = ev.figures.tried_bytes if ev.figures is not None else None
     if tried is None:
         return None
-    for size in ev.bucket_bytes:
-        if size > 0 and _same(tried, size):
-            return f"the failing allocation ({tried} bytes) is a DeepSpeed buffer's size"
     micros = sorted(
         {m for m, size in ev.earlier if m != knobs.micro_batch_size and _same(tried, size)},
         reverse=True,
     )
+    at = ", ".join(str(m) for m in (*micros, knobs.micro_batch_size))
+    bucket = any(size > 0 and _same(tried, size) for size in ev.bucket_bytes)
+    if bucket and micros:
+        return (
+            f"the failing allocation ({tried} bytes) is a DeepSpeed buffer's size, at "
+            f"micro-batches {at}"
+        )
     if len(micros) >= SAME_SIZE_REPEATS - 1:
-        at = ", ".join(str(m) for m in (*micros, knobs.micro_batch_size))
         return (
             f"the same {tried}-byte allocation failed at micro-batches {at}: it does not "
             "scale with the batch"
