@@ -16,7 +16,8 @@ read it) and a private ``DSGUARD_STORE``: once with a fresh store, once more wit
 the first run filled. From ``events.jsonl``: attempts, failed attempts, seconds lost before
 the last attempt started, ``plan_applied``'s source.
 
-Run: ``python -m bench.p5_fit [--live [--only A,C]] [--json F]``.
+Run: ``python -m bench.p5_fit [--live [--only A,C]] [--json F]``, or ``python -m bench.run
+P5FIT`` (live; ``--quick``: the replay only).
 """
 
 from __future__ import annotations
@@ -203,6 +204,16 @@ def markdown(rep: dict[str, Any]) -> str:
             f"{'-' if sps is None else f'{sps:.2f}'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """``python -m bench.run P5FIT``: the replay, plus the live runs unless ``quick``."""
+    data = json.loads(RESULTS.read_text())
+    rep = replay(data)
+    if not quick:
+        with tempfile.TemporaryDirectory(prefix="p5fit-") as tmp:
+            rep["live"] = live(data, None, Path(tmp))
+    return rep
 
 
 def main(argv: Sequence[str] | None = None) -> int:

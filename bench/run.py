@@ -1,4 +1,4 @@
-"""Entry point: ``python -m bench.run [P1 P2 P3 P4 P5] [--quick] [--json FILE] [--markdown FILE]``.
+"""Entry point: ``python -m bench.run [P1 .. P5 P5FIT] [--quick] [--json F] [--markdown F]``.
 
 Runs the chosen benchmarks (all by default) one after the other and prints a Markdown report
 (machine facts, then one section per benchmark with the command that reproduces it). ``--quick``
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import p1_relaunch, p2_hung_ranks, p3_classifier, p4_footprint, p5_healing
+from bench import p1_relaunch, p2_hung_ranks, p3_classifier, p4_footprint, p5_fit, p5_healing
 from bench.common import REPO_ROOT, machine_info
 
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]], Callable[..., str]]] = {
@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]], Callable[...,
     "P3": ("P3 classifier throughput", p3_classifier.run, p3_classifier.markdown),
     "P4": ("P4 footprint and start-up", p4_footprint.run, p4_footprint.markdown),
     "P5": ("P5 healing efficiency", p5_healing.run, p5_healing.markdown),
+    "P5FIT": ("P5 first fit and the estimator", p5_fit.run, p5_fit.markdown),
 }
 
 
