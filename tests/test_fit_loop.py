@@ -355,3 +355,20 @@ def test_a_bucket_sized_host_oom_shrinks_the_buckets_not_the_batch(tmp_path: Pat
     assert started[2]["knobs"]["ds_bucket_divisor"] == 2
     rendered = json.loads(Path(started[2]["deepspeed_config"]).read_text())
     assert rendered["zero_optimization"]["reduce_bucket_size"] == 25_000_000
+
+
+def test_training_dtype_and_versions_come_from_the_job() -> None:
+    from dsguard.run.fit import dtype_bytes, training_versions
+
+    assert dtype_bytes(["--bf16"], None) == 2
+    assert dtype_bytes(["--bf16", "--fp16", "false"], None) == 2
+    assert dtype_bytes(["--fp16", "true"], None) == 2
+    assert dtype_bytes(["--bf16", "false"], None) == 4
+    assert dtype_bytes(["--bf16=False"], None) == 4
+    assert dtype_bytes([], {"bf16": {"enabled": True}}) == 2
+    assert dtype_bytes([], {"fp16": {"enabled": "auto"}}) == 4
+    import sys
+
+    versions = training_versions(sys.executable)  # the real interpreter, metadata only
+    assert set(versions) == {"torch", "deepspeed", "transformers"}
+    assert training_versions("/nonexistent/python") == {}
