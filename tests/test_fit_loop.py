@@ -372,3 +372,19 @@ def test_training_dtype_and_versions_come_from_the_job() -> None:
     versions = training_versions(sys.executable)  # the real interpreter, metadata only
     assert set(versions) == {"torch", "deepspeed", "transformers"}
     assert training_versions("/nonexistent/python") == {}
+
+
+def test_a_known_good_config_is_applied_even_when_memory_is_unknown(tmp_path: Path) -> None:
+    """The store's measurement needs no budget: a matching regime starts from it."""
+    store = KnownGoodStore(tmp_path / "s.sqlite")
+    good = Knobs(4, 4, zero_stage=2, gradient_checkpointing=False)
+    store.record("sig", good.as_dict(), "fit", GIB, 3.0)
+    facts = dataclasses.replace(_facts(40 * GIB), signature="sig", available_bytes=None)
+    state = FitState(facts, store=store)
+    from dsguard.core.rungs import RungContext
+    from dsguard.job.knobs import DEFAULT_FLAGS
+
+    ctx = RungContext(1, 256, dict(DEFAULT_FLAGS), has_deepspeed=True, can_start_phase=True,
+                      exact_zero_transfer=True)  # fmt: skip
+    plan = state.plan(Knobs(16, 1, zero_stage=2), ctx, fresh=True)
+    assert plan.chosen is not None and plan.chosen.knobs == good and plan.source == "store"

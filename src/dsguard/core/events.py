@@ -593,7 +593,7 @@ class PlanApplied(Event):
     path: list[str]
     predicted_peak_bytes: int
     start_predicted_peak_bytes: int
-    available_bytes: int
+    available_bytes: int | None
     margin: float
     device: str
     relative_step_time: float

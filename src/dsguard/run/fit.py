@@ -307,7 +307,7 @@ def emit_plan(events: EventLog, plan: FitPlan, job_knobs: Knobs) -> None:
     """``plan_applied`` when the start config was replaced, ``plan_skipped`` with the why."""
     start = plan.start_candidate
     chosen = plan.chosen
-    if chosen is None or start is None or plan.available_bytes is None:
+    if chosen is None or start is None:
         events.emit(
             "plan_skipped", reason=plan.note,
             predicted_peak_bytes=None if start is None else start.estimate.peak_bytes,
