@@ -26,6 +26,12 @@ def _private_lock_dir(
     monkeypatch.setenv("DSGUARD_LOCK_DIR", str(tmp_path_factory.getbasetemp() / "locks"))
 
 
+@pytest.fixture(autouse=True)
+def _private_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The known-good store of each test is its own file, never ``~/.local/share``."""
+    monkeypatch.setenv("DSGUARD_STORE", str(tmp_path / "known-good.sqlite"))
+
+
 @dataclass
 class RunResult:
     proc: subprocess.CompletedProcess[str]

@@ -142,7 +142,7 @@ def test_example_job_resolves_everything(tmp_path: Path) -> None:
         pin_memory=True,
     )
     assert job.knobs.global_batch(job.world_size) == 64
-    assert job.explicit_knobs == frozenset(KNOB_NAMES)
+    assert job.explicit_knobs == frozenset(KNOB_NAMES) - {"ds_bucket_divisor"}
     assert job.deepspeed is not None
     assert job.deepspeed.config_path == tmp_path / "configs" / "deepspeed" / "zero2.json"
     assert job.deepspeed.flag == "--deepspeed"
@@ -390,7 +390,9 @@ def test_module_gpus_python_ladder_limits_checkpoints(work: Path) -> None:
         dir=work / "out", resume_flag=None, output_flag=None, resume_at_start=False,
         resume_flag_explicit=True,
     )  # fmt: skip
-    assert job.ladder == Ladder(oom=("micro_batch", "lora"), host_oom=())
+    assert job.ladder == Ladder(
+        oom=("micro_batch", "lora"), host_oom=(), explicit=frozenset({"oom", "host_oom"})
+    )
     assert job.limits == Limits(
         max_attempts=3, backoff_first_s=1.0, backoff_max_s=2.5, min_max_length=256
     )

@@ -88,6 +88,7 @@ def test_every_knob_has_a_schema_key_and_a_way_to_the_script() -> None:
         "micro_batch_size": 4, "gradient_accumulation_steps": 2, "max_length": 256,
         "zero_stage": 3, "offload": Offload.OPTIMIZER, "lora": True,
         "gradient_checkpointing": True, "dataloader_workers": 3, "pin_memory": False,
+        "ds_bucket_divisor": 4,
     }  # fmt: skip
     assert set(changed) == set(KNOB_NAMES)
     for name in KNOB_NAMES:

@@ -178,15 +178,20 @@ def test_full_oom_plan_walks_every_rung_in_order() -> None:
     steps = plan(FailureKind.CUDA_OOM, Knobs(2, 1, max_length=1024, zero_stage=2), cfg())
     assert [s.rung for s in steps] == [
         None, "micro_batch", "gradient_checkpointing", "max_length",
-        "zero3", "offload_optimizer", "offload_params", "lora",
+        "zero3", "offload_optimizer", "offload_params", *["ds_buckets"] * 6, "lora",
     ]  # fmt: skip
     assert {s.global_batch for s in steps} == {2}
-    assert [s.new_phase for s in steps] == [False, False, False, False, True, False, False, True]
+    assert [s.new_phase for s in steps] == [
+        False, False, False, False, True, False, False, *[False] * 6, True,
+    ]  # fmt: skip
 
 
 def test_exhausted_ladder_gives_up_with_reason() -> None:
     """Nothing left to give: GiveUp naming the ladder."""
-    k = Knobs(1, 8, zero_stage=3, offload=Offload.ALL, lora=True, gradient_checkpointing=True)
+    k = Knobs(
+        1, 8, zero_stage=3, offload=Offload.ALL, lora=True, gradient_checkpointing=True,
+        ds_bucket_divisor=64,
+    )  # fmt: skip
     d = decide(FailureKind.CUDA_OOM, knobs=k, positions={}, history=(), cfg=cfg())
     assert isinstance(d, GiveUp) and "oom ladder is exhausted" in d.reason
 

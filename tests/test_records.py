@@ -77,7 +77,7 @@ REMEDY_DICT = {
 KNOBS_DICT = {
     "micro_batch_size": 8, "gradient_accumulation_steps": 1, "max_length": 512,
     "zero_stage": 2, "offload": "none", "lora": False, "gradient_checkpointing": False,
-    "dataloader_workers": 0, "pin_memory": True,
+    "dataloader_workers": 0, "pin_memory": True, "ds_bucket_divisor": 1,
 }  # fmt: skip
 LEDGER = Ledger(
     knobs=Knobs(micro_batch_size=8, max_length=512, zero_stage=2, offload=Offload.NONE),
@@ -183,7 +183,7 @@ def test_ledger_json_text_is_unchanged() -> None:
     assert json.dumps(LEDGER.as_dict()) == (
         '{"knobs": {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "max_length": 512, '
         '"zero_stage": 2, "offload": "none", "lora": false, "gradient_checkpointing": false, '
-        '"dataloader_workers": 0, "pin_memory": true}, "ckpt_dir": "/ck", '
+        '"dataloader_workers": 0, "pin_memory": true, "ds_bucket_divisor": 1}, "ckpt_dir": "/ck", '
         '"positions": {"oom": 2, "a": 1}, "history": [{"attempt": 2, "kind": "cuda_oom", '
         '"uptime_s": 12.5, "progressed": true}, {"attempt": 3, "kind": null, "uptime_s": 0.0, '
         '"progressed": false}], "phase": 2, "phase_output": "/out/phase-2", '

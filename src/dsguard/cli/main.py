@@ -128,6 +128,10 @@ def cmd_run(ns: argparse.Namespace) -> int:
         print("dsguard: nothing was launched", file=sys.stderr)
         return EXIT_USAGE
 
+    if not ns.fit:
+        import dataclasses
+
+        job = dataclasses.replace(job, fit=False)
     from dsguard.cli.report import run_outputs
 
     listeners, close_outputs = run_outputs(job)  # notify: and metrics: (issue 17)
@@ -273,6 +277,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         job = _load(ns.job)
     except JobFileError as err:
         return _print_problems(err)
+    if ns.fit:
+        return _plan_fit(job, as_json=ns.json)
     cfg = PolicyConfig.from_job(job)
     kinds = (
         [FailureKind.CUDA_OOM, FailureKind.HOST_OOM] if ns.kind == "all" else [FailureKind(ns.kind)]
@@ -326,6 +332,33 @@ def _explain_verdict(failure: Any, exit_code: int | None) -> str:
             "no cgroup OOM-kill counter or kernel log read)"
         )
     return f"{failure.kind.value} (a saved log: {status}, no live evidence)"
+
+
+def _plan_fit(job: Job, *, as_json: bool) -> int:
+    from dsguard.cli.fitplan import plan_dict, plan_lines
+    from dsguard.run.fit import plan_for
+
+    fit_plan, state = plan_for(job)
+    known = state.known()
+    if as_json:
+        out = plan_dict(fit_plan)
+        out["store"] = {
+            "path": None if state.store is None else str(state.store.path),
+            "problem": state.store_problem,
+            "known": [{"knobs": k.as_dict(), "fits": v.fits, "samples_per_s": v.samples_per_s,
+                       "peak_bytes": v.peak_bytes} for k, v in known.items()],
+        }  # fmt: skip
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    for line in plan_lines(fit_plan):
+        print(line)
+    if state.store_problem is not None:
+        print(f"known-good store not used: {state.store_problem}")
+    elif state.store is not None:
+        good = sum(1 for v in known.values() if v.fits)
+        print(f"known-good store {state.store.path}: {good} config(s) known to fit, "
+              f"{len(known) - good} known to fail for this regime")  # fmt: skip
+    return EXIT_OK
 
 
 def cmd_explain(ns: argparse.Namespace) -> int:
@@ -587,6 +620,10 @@ def _add_run_parsers(sub: Any) -> None:
     run.add_argument("--log-dir", help="log dir for a quick start (default: runs/NAME)")
     run.add_argument("--quiet", action="store_true", help="do not mirror the child's output")
     run.add_argument(
+        "--no-fit", dest="fit", action="store_false",
+        help="start exactly as the job says, not at the fastest config predicted to fit",
+    )  # fmt: skip
+    run.add_argument(
         "--knob", action="append", default=[], metavar="NAME=FLAG",
         help="quick start: the script's flag for a knob (e.g. max_length=--block_size); only "
         "flags the command has or --knob declares are passed",
@@ -627,6 +664,11 @@ def _add_inspect_parsers(sub: Any) -> None:
     pl.add_argument("job")
     pl.add_argument("--kind", choices=["cuda_oom", "host_oom", "all"], default="all")
     pl.add_argument("--json", action="store_true")
+    pl.add_argument(
+        "--fit", action="store_true",
+        help="predicted peak memory of every config the ladder can reach exactly, against "
+        "the memory available, and the first fit dsguard run would start from",
+    )  # fmt: skip
     pl.set_defaults(func=cmd_plan)
 
     ex = sub.add_parser("explain", help="classify a saved training log")

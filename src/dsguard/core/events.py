@@ -836,5 +836,77 @@ EVENTS.update({
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 
+# -- issue 15: first fit, evidence-driven moves, calibration ---------------------------------
+
+
+class PlanApplied(Event):
+    """Before the first attempt, the start config was replaced by the fastest config
+    predicted to fit (``source``: ``estimate``, or ``store`` for a known-good config of a
+    matching earlier run), with the predicted peak against the memory available."""
+
+    source: str
+    changes: dict[str, Any]
+    knobs: dict[str, Any]
+    path: list[str]
+    predicted_peak_bytes: int
+    start_predicted_peak_bytes: int
+    available_bytes: int | None
+    margin: float
+    device: str
+    relative_step_time: float
+    reason: str
+
+
+class PlanSkipped(Event):
+    """First fit was on, and the start config was kept: why (model shape unknown, start
+    predicted to fit, nothing predicted to fit, memory unknown)."""
+
+    reason: str
+    predicted_peak_bytes: int | None = None
+    available_bytes: int | None = None
+
+
+class EvidenceConsidered(Event):
+    """What the failure's evidence said about the next move on a default ladder: the failing
+    allocation and memory figures of the OOM message, and the rung it led to."""
+
+    rung: str | None
+    reason: str
+    tried_bytes: int | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    skipped: list[str] | None = None
+
+
+class EstimateCalibrated(Event):
+    """A finished attempt's measured peak against the estimate for its config; the ratio
+    scales the estimator for the rest of the run."""
+
+    predicted_bytes: int
+    measured_bytes: int
+    measure: str
+    scale: float
+
+
+class StoreUnavailable(Event):
+    """The known-good store could not be read or written (a corrupt file, a lock another
+    dsguard held past the timeout, an unwritable directory): the run plans and heals
+    without it."""
+
+    reason: str
+
+
+EVENTS.update(
+    {
+        "store_unavailable": StoreUnavailable,
+        "plan_applied": PlanApplied,
+        "plan_skipped": PlanSkipped,
+        "evidence_considered": EvidenceConsidered,
+        "estimate_calibrated": EstimateCalibrated,
+    }
+)
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
+
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

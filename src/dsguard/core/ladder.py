@@ -24,6 +24,7 @@ from typing import Any
 
 from dsguard.core.classify import FailureKind
 from dsguard.core.envfacts import EnvFacts
+from dsguard.core.evidence import MoveEvidence, choose_move
 from dsguard.core.records import as_builtins, from_builtins
 from dsguard.core.remedies import GiveUp as RemedyGiveUp
 from dsguard.core.remedies import Remedy, next_remedy
@@ -249,9 +250,34 @@ def left_out(rungs: Sequence[str], ctx: RungContext) -> list[str]:
 def skipped_rungs(
     rungs: Sequence[str], start: int, stop: int, knobs: Knobs, ctx: RungContext
 ) -> tuple[tuple[str, str], ...]:
-    """(rung, why) for the rungs ``walk`` passed over between ``start`` and ``stop``: each
-    could change nothing for this job, so no attempt was spent on it."""
-    return tuple((rungs[i], inert_reason(rungs[i], knobs, ctx)) for i in range(start, stop))
+    """(rung, why) for the rungs between ``start`` and ``stop`` that could change nothing for
+    this job, so no attempt was spent on them: every one ``walk`` passed over, and the inert
+    ones an evidence-chosen move jumped past (a useful rung it jumped past is not "skipped":
+    ``evidence_considered`` says why another move came first)."""
+    return tuple(
+        (rungs[i], inert_reason(rungs[i], knobs, ctx))
+        for i in range(start, stop)
+        if RUNGS[rungs[i]](knobs, ctx) is None
+    )
+
+
+def _next_move(
+    ladder_name: str,
+    rungs: tuple[str, ...],
+    knobs: Knobs,
+    *,
+    positions: Mapping[str, int],
+    cfg: PolicyConfig,
+    evidence: MoveEvidence | None,
+) -> tuple[tuple[int, Move] | None, str]:
+    """The ladder's next move and why: by the evidence on a default ladder, else in order
+    from the current position (the user's explicit order wins)."""
+    if evidence is not None and ladder_name not in cfg.ladder.explicit:
+        choice = choose_move(rungs, knobs, cfg.ctx, evidence)
+        if choice is None:
+            return None, ""
+        return (choice.index, choice.move), f" ({choice.why})"
+    return walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx), ""
 
 
 def _check_invariant(old: Knobs, new: Knobs, world_size: int) -> None:
@@ -262,6 +288,46 @@ def _check_invariant(old: Knobs, new: Knobs, world_size: int) -> None:
         )
 
 
+def _ladder_step(
+    kind: FailureKind,
+    ladder_name: str,
+    knobs: Knobs,
+    *,
+    positions: Mapping[str, int],
+    cfg: PolicyConfig,
+    evidence: MoveEvidence | None,
+) -> Decision:
+    """A memory failure: the ladder's next move, or a give-up naming what was possible and
+    what was left out (a knob with no route, or fixed)."""
+    rungs: tuple[str, ...] = getattr(cfg.ladder, ladder_name)
+    found, why = _next_move(
+        ladder_name, rungs, knobs, positions=positions, cfg=cfg, evidence=evidence
+    )
+    if found is None:
+        skipped = left_out(rungs, cfg.ctx)
+        possible = [r for r in rungs if not any(s.startswith(r + " (") for s in skipped)]
+        note = f"; left out: {'; '.join(skipped)}" if skipped else ""
+        return GiveUp(
+            f"{kind}: the {ladder_name} ladder is exhausted "
+            f"(possible rungs: {', '.join(possible) or 'none'}) at {knobs.as_dict()}{note}"
+        )
+    index, move = found
+    _check_invariant(knobs, move.knobs, cfg.world_size)
+    new_positions = dict(positions)
+    new_positions[ladder_name] = index
+    return Relaunch(
+        knobs=move.knobs,
+        rung=rungs[index],
+        changes=knobs.diff(move.knobs),
+        new_phase=move.new_phase,
+        caveats=move.caveats,
+        delay_s=0.0,
+        positions=new_positions,
+        reason=f"{kind}: applying rung {rungs[index]}{why}",
+        skipped=skipped_rungs(rungs, positions.get(ladder_name, 0), index, knobs, cfg.ctx),
+    )
+
+
 def decide(
     kind: FailureKind,
     *,
@@ -270,6 +336,7 @@ def decide(
     history: Sequence[AttemptRecord],
     cfg: PolicyConfig,
     remedy_ctx: RemedyContext | None = None,
+    evidence: MoveEvidence | None = None,
 ) -> Decision:
     """What to do after an attempt failed with ``kind``.
 
@@ -281,6 +348,8 @@ def decide(
         cfg: the job's ladders, limits and rung context.
         remedy_ctx: facts for build-error / loss-scale remedies; without it those kinds give
             up with advice.
+        evidence: the OOM figures and estimator of the failed attempt: a default (not
+            job-file) ladder then picks its move by them (``core.evidence``), not by order.
     """
     attempts_done = len(history)
     if attempts_done >= cfg.limits.max_attempts:
@@ -288,30 +357,8 @@ def decide(
 
     ladder_name = LADDER_FOR.get(kind)
     if ladder_name is not None:
-        rungs: tuple[str, ...] = getattr(cfg.ladder, ladder_name)
-        found = walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx)
-        if found is None:
-            skipped = left_out(rungs, cfg.ctx)
-            possible = [r for r in rungs if not any(s.startswith(r + " (") for s in skipped)]
-            note = f"; left out: {'; '.join(skipped)}" if skipped else ""
-            return GiveUp(
-                f"{kind}: the {ladder_name} ladder is exhausted "
-                f"(possible rungs: {', '.join(possible) or 'none'}) at {knobs.as_dict()}{note}"
-            )
-        index, move = found
-        _check_invariant(knobs, move.knobs, cfg.world_size)
-        new_positions = dict(positions)
-        new_positions[ladder_name] = index
-        return Relaunch(
-            knobs=move.knobs,
-            rung=rungs[index],
-            changes=knobs.diff(move.knobs),
-            new_phase=move.new_phase,
-            caveats=move.caveats,
-            delay_s=0.0,
-            positions=new_positions,
-            reason=f"{kind}: applying rung {rungs[index]}",
-            skipped=skipped_rungs(rungs, positions.get(ladder_name, 0), index, knobs, cfg.ctx),
+        return _ladder_step(
+            kind, ladder_name, knobs, positions=positions, cfg=cfg, evidence=evidence
         )
 
     if kind in REMEDY_KINDS and remedy_ctx is not None:

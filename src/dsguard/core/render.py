@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dsguard.core.estimate import DS_BUCKET_DEFAULTS
 from dsguard.core.preflight import Fix, Problem, check_deepspeed_config, uses_hf_trainer
 from dsguard.job.delivery import ds_config_delivers
 from dsguard.job.knobs import Knobs, Offload
@@ -96,6 +97,8 @@ def render_deepspeed_config(
             zero.pop("offload_param", None)
         if "optimizer" not in cfg:
             cfg["zero_force_ds_cpu_optimizer"] = False
+    if knobs.ds_bucket_divisor > 1:
+        _shrink_buckets(zero, knobs.ds_bucket_divisor)
     cfg["zero_optimization"] = zero
     values = {
         "train_micro_batch_size_per_gpu": knobs.micro_batch_size,
@@ -106,6 +109,17 @@ def render_deepspeed_config(
         if key in stated or (key in cfg and cfg[key] != "auto"):
             cfg[key] = values[key]
     return cfg
+
+
+def _shrink_buckets(zero: dict[str, Any], divisor: int) -> None:
+    """The ``ds_buckets`` rung: every buffer size divided by ``divisor`` (a missing key
+    starts from DeepSpeed's default). ``"auto"`` is left to the HF Trainer, which fills it
+    from the model's hidden size (already small: hidden**2 elements)."""
+    for key, default in DS_BUCKET_DEFAULTS.items():
+        value = zero.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        zero[key] = max(1, int(value) // divisor)
 
 
 def render_attempt_config(

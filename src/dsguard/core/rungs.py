@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dsguard.job.knobs import Knobs, Offload
+from dsguard.job.knobs import MAX_BUCKET_DIVISOR, Knobs, Offload
 from dsguard.job.model import ALL_RUNGS
 
 
@@ -216,11 +216,27 @@ def pin_memory(k: Knobs, ctx: RungContext) -> Move | None:
     return Move(k.replace(pin_memory=False))
 
 
+def ds_buckets(k: Knobs, ctx: RungContext) -> Move | None:
+    """Halve DeepSpeed's buffers: the reduce and allgather buckets (ZeRO-1/2), the ZeRO-3
+    prefetch bucket and live-parameter cap (rendered by ``core.render``).
+
+    Exact: the buckets change when gradients are reduced and parameters gathered, not what
+    is computed. Worth it when the failing allocation is a bucket (``tried to allocate
+    200000000 bytes`` = a 5e7-element fp32 bucket, at every micro-batch): smaller batches
+    cannot fix that. The floor is :data:`MAX_BUCKET_DIVISOR` (more, smaller collectives).
+    """
+    if not ctx.has_deepspeed or k.zero_stage is None:
+        return None
+    if k.ds_bucket_divisor * 2 > MAX_BUCKET_DIVISOR:
+        return None
+    return Move(k.replace(ds_bucket_divisor=k.ds_bucket_divisor * 2))
+
+
 _FUNCTIONS: dict[str, Rung] = {
     fn.__name__: fn
     for fn in (
         micro_batch, gradient_checkpointing, max_length, zero3, offload_optimizer,
-        offload_params, lora, dataloader_workers, pin_memory,
+        offload_params, lora, dataloader_workers, pin_memory, ds_buckets,
     )
 }  # fmt: skip
 #: Rung name -> rung, keyed by the one list of names (``job.model.RungName``): a name with no

@@ -50,7 +50,13 @@ DOTTED_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)
 #: Knobs the rendered DeepSpeed config carries to a script that reads them from there
 #: (``deepspeed.initialize(config=...)``): its batch keys and its ZeRO block.
 DS_CONFIG_KNOBS: frozenset[str] = frozenset(
-    {"micro_batch_size", "gradient_accumulation_steps", "zero_stage", "offload"}
+    {
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "zero_stage",
+        "offload",
+        "ds_bucket_divisor",
+    }
 )
 
 #: The knobs each rung may change (``core.rungs``): a rung is left out when one of them has
@@ -65,6 +71,7 @@ RUNG_KNOBS: dict[str, tuple[str, ...]] = {
     "lora": ("lora",),
     "dataloader_workers": ("dataloader_workers",),
     "pin_memory": ("pin_memory",),
+    "ds_buckets": ("ds_bucket_divisor",),
 }
 
 _SUFFIXES: dict[str, KnobsFileFormat] = {
@@ -268,7 +275,7 @@ def undeliverable_rungs(job: Job) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     # Without a DeepSpeed config the ZeRO rungs are inapplicable, not undeliverable: they
     # have nothing to change, so there is no delivery to report on them.
-    inert = {"zero_stage", "offload"} if job.deepspeed is None else set()
+    inert = {"zero_stage", "offload", "ds_bucket_divisor"} if job.deepspeed is None else set()
     for rung in dict.fromkeys((*job.ladder.oom, *job.ladder.host_oom)):
         bad = tuple(
             k

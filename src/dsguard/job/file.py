@@ -211,6 +211,8 @@ class _TopSection(Section):
     knobs_dotlist: dict[str, str] = spec(StrMap(), {}, nullable=False)
     knobs_env: dict[str, str] = spec(StrMap(), {}, nullable=False)
     notify: list[str] | None = spec(ListOf(Str()), None)  # issue 17: apprise URLs
+    #: Start at the fastest config predicted to fit (``core.fit``); false: start as written.
+    fit: bool = spec(Bool(), True, nullable=False)
 
 
 # -- issue 14: knob delivery beyond flags, data semantics -------------------------------------
@@ -1354,7 +1356,7 @@ def _build_ladder(ctx: _Context, ladder_c: _Checked[LadderSection] | None) -> La
                         f"rung {rung!r} is listed twice (also {which}[{first[rung]}])",
                     )
                 first.setdefault(rung, index)
-        ladder = Ladder(**ladder_kw)
+        ladder = Ladder(**ladder_kw, explicit=frozenset(ladder_kw))
     return ladder
 
 
@@ -1742,6 +1744,7 @@ def _build(
         data=data_spec,
         divergence=divergence,
         exit_codes=exit_codes,
+        fit=top.fit,
     )
 
 

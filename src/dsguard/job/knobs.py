@@ -45,6 +45,9 @@ MAX_BATCH = 2**20
 MAX_LENGTH = 2**24
 #: DataLoader worker processes per rank: each is a process; 1024 is already a fork bomb.
 MAX_WORKERS = 1024
+#: The ``ds_buckets`` rung's floor: buckets 64x smaller than configured. DeepSpeed's default
+#: 5e8-element bucket becomes ~8 M elements; smaller ones only add communication calls.
+MAX_BUCKET_DIVISOR = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,12 @@ class Knobs:
         flag="--dataloader_num_workers",
     )  # fmt: skip
     pin_memory: bool = _knob(True, kind="bool", label="pin", flag="--dataloader_pin_memory")
+    #: DeepSpeed's buffer sizes (reduce/allgather buckets, ZeRO-3 prefetch bucket and live
+    #: parameters) are the job's config's divided by this (the ``ds_buckets`` rung doubles
+    #: it). Reaches DeepSpeed through the rendered config, never as a flag.
+    ds_bucket_divisor: int = _knob(
+        1, kind="int", label="buckets", minimum=1, maximum=MAX_BUCKET_DIVISOR,
+    )  # fmt: skip
 
     def global_batch(self, world_size: int) -> int:
         """Samples per optimizer step across all ranks: the invariant of the ladder."""

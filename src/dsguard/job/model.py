@@ -39,6 +39,7 @@ RungName = Literal[
     "lora",
     "dataloader_workers",
     "pin_memory",
+    "ds_buckets",
 ]
 ALL_RUNGS: tuple[RungName, ...] = get_args(RungName)
 #: The default ladders (an order over :data:`RungName`, which mypy checks each entry against).
@@ -49,9 +50,12 @@ OOM_RUNGS: tuple[RungName, ...] = (
     "zero3",
     "offload_optimizer",
     "offload_params",
+    "ds_buckets",
     "lora",
 )
-HOST_OOM_RUNGS: tuple[RungName, ...] = ("dataloader_workers", "pin_memory", "micro_batch")
+HOST_OOM_RUNGS: tuple[RungName, ...] = (
+    "dataloader_workers", "pin_memory", "micro_batch", "ds_buckets",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,10 @@ class CheckpointSpec:
 class Ladder:
     oom: tuple[str, ...] = OOM_RUNGS
     host_oom: tuple[str, ...] = HOST_OOM_RUNGS
+    #: The ladders the job file spelled out (``ladder: oom: [...]``): their order is the
+    #: user's and is walked as written; the default ones may be reordered by the evidence
+    #: (``core.evidence``).
+    explicit: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +306,9 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     log_dir: Path = Path("runs")
     resources: Resources = field(default_factory=Resources)
+    #: Start at the fastest config predicted to fit (``dsguard run --no-fit`` or ``fit:
+    #: false`` in the job file: start exactly as written).
+    fit: bool = True
     exit_codes: ExitCodes = field(default_factory=ExitCodes)
     divergence: DivergencePolicy = field(default_factory=DivergencePolicy)
     #: How the knobs reach a script that does not take HF flags (issue 14).

@@ -42,9 +42,13 @@ from dsguard.core.divergence import (
     nonfinite_text,
     skip_window,
 )
+from dsguard.core.evidence import MoveEvidence
+from dsguard.core.fit import FitInputs, FitPlan
 from dsguard.core.ladder import (
+    LADDER_FOR,
     REMEDY_KINDS,
     AttemptRecord,
+    Decision,
     GiveUp,
     PolicyConfig,
     Relaunch,
@@ -91,6 +95,7 @@ from dsguard.protocol import (
 )
 from dsguard.run import checkpoints as ckpts
 from dsguard.run.events import EventLog
+from dsguard.run.fit import FitState, emit_plan, fit_inputs, start_fit_state
 from dsguard.run.heartbeat import capabilities
 from dsguard.run.host import Attempt, Host, RealHost
 from dsguard.run.launch import Command, build_command
@@ -140,6 +145,26 @@ def highest_attempt_used(logs: LogDir) -> int:
             if m is not None:
                 highest = max(highest, int(m.group(1)))
     return highest
+
+
+def _emit_evidence(events: EventLog, ev: MoveEvidence, decision: Decision) -> None:
+    """What the memory failure's evidence said, and the move it led to."""
+    fig = ev.figures
+    events.emit(
+        "evidence_considered",
+        rung=decision.rung if isinstance(decision, Relaunch) else None,
+        reason=decision.reason,
+        tried_bytes=None if fig is None else fig.tried_bytes,
+        total_bytes=None if fig is None else fig.total_bytes,
+        free_bytes=None if fig is None else fig.free_bytes,
+    )
+
+
+def _note_store(events: EventLog, fit: FitState) -> None:
+    """``store_unavailable`` once, the first time the known-good store failed."""
+    if fit.store_problem is not None and not fit.store_problem_noted:
+        fit.store_problem_noted = True
+        events.emit("store_unavailable", reason=fit.store_problem)
 
 
 def new_run_id(now: datetime) -> str:
@@ -259,6 +284,8 @@ class _Run:
     world_mismatch: int | None = None
     #: Whether the training runs on the CPU (measured once, at the first host OOM).
     cpu_only: bool | None = None
+    #: The estimator of this run (first fit, evidence, calibration; ``run.fit``).
+    fit: FitState = field(default_factory=lambda: FitState(None, "not gathered"))
 
 
 @dataclass
@@ -285,6 +312,9 @@ class Supervisor:
     notifier: Notifier = field(default_factory=Notifier)
     #: Called with every event written (see ``EventLog.listeners``): notifications, metrics.
     listeners: tuple[Callable[[dict[str, Any], EventLog], None], ...] = ()
+    #: Gathers the estimator's facts (model shape, memory available) for first fit and
+    #: evidence-driven moves; tests give plain facts instead of a model and a GPU.
+    fit_facts: Callable[[Job], FitInputs | str] = field(default=fit_inputs)
 
     _wake: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_signal: int | None = field(default=None, init=False)
@@ -408,6 +438,12 @@ class Supervisor:
         recovered = self._recover(events)
         ledger = recovered or Ledger(knobs=job.knobs, ckpt_dir=ckpt_root)
         ledger = number_after(ledger, highest_attempt_used(self._logs))
+        fit = start_fit_state(job, self.fit_facts)
+        fit_plan = None
+        if job.fit and recovered is None and ledger.attempts_made == 0:
+            fit_plan = self._plan_first_fit(fit, ledger)
+            if fit_plan.chosen is not None:
+                ledger = dataclasses.replace(ledger, knobs=fit_plan.chosen.knobs)
         pid, created = self.host.identity()
         sm = StateMachine(
             self._logs.state,
@@ -436,12 +472,25 @@ class Supervisor:
                 fixed=list(job.limits.fixed), packing=job.data.packing,
                 packing_source=job.data.source,
             )  # fmt: skip
+        if fit_plan is not None:
+            emit_plan(events, fit_plan, job.knobs)
+        _note_store(events, fit)
         return _Run(
             run_id=run_id, events=events, sm=sm, ledger=ledger, cfg=PolicyConfig.from_job(job),
             t0=self.host.monotonic(), recovered=recovered is not None,
             # Children must not talk to systemd as us (NOTIFY_SOCKET, WATCHDOG_*).
-            base_env=child_env(self.base_env),
+            base_env=child_env(self.base_env), fit=fit,
         )  # fmt: skip
+
+    def _plan_first_fit(self, fit: FitState, ledger: Ledger) -> FitPlan:
+        """The first-fit plan from the job's knobs. Fresh (any move is free at the start)
+        unless a complete checkpoint will be resumed: then only moves that resume it."""
+        ckpt = ledger.ckpt_dir
+        fresh = ckpt is None or self._newest_complete_step(ckpt) is None
+        ctx = PolicyConfig.from_job(self.job).ctx
+        if fresh:
+            ctx = dataclasses.replace(ctx, can_start_phase=True, exact_zero_transfer=True)
+        return fit.plan(ledger.knobs, ctx, fresh=fresh)
 
     def _drive(self, run: _Run) -> int:
         """Run the state machine: each state's phase returns the next state."""
@@ -956,6 +1005,8 @@ class Supervisor:
                 obs.progressed,
             ),
         )  # fmt: skip
+        self._calibrate(run, obs, failure)
+        self._remember(run, cur, obs, failure)
         if failure is None:
             return _Next(
                 RunState.SUCCEEDED, "the training command exited 0", exit_code=EXIT_SUCCEEDED
@@ -977,7 +1028,14 @@ class Supervisor:
         )  # fmt: skip
         if failure.kind is FailureKind.HOST_OOM:
             self._note_cpu_only(run, cur)
-        decision = judge(failure, run.ledger, run.cfg, self._remedy_context(run, cur, failure))
+        evidence = None
+        if failure.kind in LADDER_FOR:
+            evidence = run.fit.evidence(failure.evidence, run.ledger.knobs, cur.ds_rendered)
+        decision = judge(
+            failure, run.ledger, run.cfg, self._remedy_context(run, cur, failure), evidence
+        )
+        if evidence is not None:
+            _emit_evidence(run.events, evidence, decision)
         if isinstance(decision, GiveUp):
             return _Next(RunState.GAVE_UP, decision.reason, kind=failure.kind)
         run.ended_pids = obs.pids
@@ -1106,6 +1164,41 @@ class Supervisor:
             host_rss_peak_bytes=max((hb.host_rss_bytes or 0 for hb in beats), default=0)
             or None,
         )  # fmt: skip
+
+    def _remember(
+        self, run: _Run, cur: _Current, obs: Observation, failure: Failure | None
+    ) -> None:
+        """The attempt's outcome for later runs of the same regime: its config ran out of
+        memory, or succeeded / finished optimizer steps (then with its peak and samples/s
+        over the steps it ran; the rate includes start-up, so it understates a long run's)."""
+        knobs = run.ledger.knobs
+        if failure is not None and failure.kind in LADDER_FOR:
+            run.fit.remember(knobs, "oom", None, None)
+        elif failure is None or (obs.last_step is not None and obs.last_step >= 1):
+            peak = obs.gpu_mem_peak_bytes or obs.host_rss_peak_bytes
+            steps = (obs.last_step or 0) - (cur.start_step or 0)
+            batch = knobs.global_batch(self.job.world_size)
+            sps = steps * batch / obs.duration_s if steps > 0 and obs.duration_s > 0 else None
+            run.fit.remember(knobs, "fit", peak, sps)
+        _note_store(run.events, run.fit)
+
+    @staticmethod
+    def _calibrate(run: _Run, obs: Observation, failure: Failure | None) -> None:
+        """An attempt that finished optimizer steps measured its config's peak: the
+        estimator is scaled to it for the rest of the run. After a memory failure the peak
+        seen is only a lower bound of the need: it may scale the estimate up, never down."""
+        if obs.last_step is None or obs.last_step < 1:
+            return
+        oom = failure is not None and failure.kind in LADDER_FOR
+        got = run.fit.calibrate(
+            run.ledger.knobs, obs.gpu_mem_peak_bytes, obs.host_rss_peak_bytes, lower_bound=oom
+        )
+        if got is not None:
+            predicted, measured, what = got
+            run.events.emit(
+                "estimate_calibrated", predicted_bytes=predicted, measured_bytes=measured,
+                measure=what, scale=round(run.fit.scale, 4),
+            )  # fmt: skip
 
     def _emit_finished(self, run: _Run, obs: Observation) -> None:
         run.events.emit(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dsguard.core.classify import Evidence, ExitStatus, Failure, classify, decode_exit
+from dsguard.core.evidence import MoveEvidence
 from dsguard.core.ladder import Decision, PolicyConfig, RemedyContext, decide
 from dsguard.core.ledger import Ledger
 from dsguard.core.sigkill import KillJudgement, KillOutcome
@@ -98,7 +99,11 @@ def verdict(obs: Observation) -> Failure | None:
 
 
 def judge(
-    failure: Failure, ledger: Ledger, cfg: PolicyConfig, remedy_ctx: RemedyContext | None
+    failure: Failure,
+    ledger: Ledger,
+    cfg: PolicyConfig,
+    remedy_ctx: RemedyContext | None,
+    evidence: MoveEvidence | None = None,
 ) -> Decision:
     """What to do about ``failure`` given the run so far (``ledger`` already records it)."""
     cfg_now = dataclasses.replace(
@@ -107,5 +112,5 @@ def judge(
     )
     return decide(
         failure.kind, knobs=ledger.knobs, positions=ledger.positions, history=ledger.history,
-        cfg=cfg_now, remedy_ctx=remedy_ctx,
+        cfg=cfg_now, remedy_ctx=remedy_ctx, evidence=evidence,
     )  # fmt: skip
