@@ -256,18 +256,25 @@ def _checked_binary(dsguard_bin: Path | None) -> Path:
     return binary
 
 
-def _write_template_unit(unit_dir: Path, force: bool, notes: list[str]) -> tuple[Path, str]:
+def _write_template_unit(
+    unit_dir: Path,
+    force: bool,
+    notes: list[str],
+    *,
+    name: str = UNIT_NAME,
+    text: str = UNIT_TEXT,
+) -> tuple[Path, str]:
     """``(unit path, what was done)``. A unit that differs from this dsguard's is kept unless
     ``force``: the admin may have edited it, and overwriting would silently lose that."""
-    unit_path = unit_dir / UNIT_NAME
+    unit_path = unit_dir / name
     try:
         existing: str | None = unit_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         existing = None
-    if existing == UNIT_TEXT:
+    if existing == text:
         unit_action = "unchanged"
     elif existing is None or force:
-        _write_atomic(unit_path, UNIT_TEXT, 0o644)
+        _write_atomic(unit_path, text, 0o644)
         unit_action = "written" if existing is None else "updated"
     else:
         unit_action = "kept"
@@ -515,19 +522,9 @@ def install_queue(
     if env_dir is None:
         env_dir = _config_home(env) / "dsguard" if user else Path("/etc/dsguard")
     notes: list[str] = []
-    unit_path = unit_dir / QUEUE_UNIT_NAME
-    try:
-        existing: str | None = unit_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        existing = None
-    if existing == QUEUE_UNIT_TEXT:
-        action = "unchanged"
-    elif existing is None or force:
-        _write_atomic(unit_path, QUEUE_UNIT_TEXT, 0o644)
-        action = "written" if existing is None else "updated"
-    else:
-        action = "kept"
-        notes.append(f"{unit_path} differs from this dsguard's unit; --force replaces it")
+    unit_path, action = _write_template_unit(
+        unit_dir, force, notes, name=QUEUE_UNIT_NAME, text=QUEUE_UNIT_TEXT
+    )
     env_path = env_dir / "queue.env"
     _write_atomic(env_path, render_queue_env_file(binary, queue_dir.absolute(), slots, env), 0o600)
     systemctl = "systemctl --user" if user else "systemctl"

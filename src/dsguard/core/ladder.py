@@ -30,6 +30,7 @@ from dsguard.core.remedies import GiveUp as RemedyGiveUp
 from dsguard.core.remedies import Remedy, next_remedy
 from dsguard.core.rungs import RUNGS, Move, RungContext, inert_reason
 from dsguard.errors import InvariantViolation
+from dsguard.job.argv import flag_value
 from dsguard.job.delivery import RUNG_KNOBS, routes, tokens_per_step
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import Job, Ladder, Limits
@@ -118,7 +119,7 @@ class PolicyConfig:
         can_redirect = (
             ckpt is not None
             and ckpt.output_flag is not None
-            and _flag_value(job.args, ckpt.output_flag) is not None
+            and flag_value(job.args, ckpt.output_flag) is not None
         )
         return cls(
             ladder=job.ladder,
@@ -135,15 +136,6 @@ class PolicyConfig:
                 packing=job.data.packing,
             ),
         )
-
-
-def _flag_value(args: Sequence[str], flag: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a[len(flag) + 1 :]
-    return None
 
 
 @dataclass(frozen=True, slots=True)

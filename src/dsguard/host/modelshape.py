@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dsguard.core.estimate import ModelShape
+from dsguard.job.argv import flag_value
 
 #: Flags of training scripts that name the model's directory or config file, most specific
 #: first (HF examples, dsguard's reference trainer, common SFT scripts).
@@ -30,15 +31,6 @@ MODEL_FLAGS: tuple[str, ...] = (
 
 #: Largest header read from a safetensors file (a corrupt length must not read gigabytes).
 MAX_HEADER_BYTES = 100 * 2**20
-
-
-def flag_value(args: Sequence[str], flag: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a[len(flag) + 1 :]
-    return None
 
 
 def find_model_config(args: Sequence[str], workdir: Path) -> Path | None:

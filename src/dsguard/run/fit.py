@@ -19,7 +19,8 @@ from dsguard.core.evidence import MoveEvidence, parse_oom
 from dsguard.core.fit import FitInputs, FitPlan, KnownOutcome, plan_fit
 from dsguard.core.ladder import PolicyConfig
 from dsguard.core.rungs import RungContext
-from dsguard.host.modelshape import flag_value, read_model_shape
+from dsguard.host.modelshape import read_model_shape
+from dsguard.job.argv import flag_value
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import Job
 from dsguard.run.events import EventLog
