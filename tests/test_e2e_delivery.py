@@ -6,7 +6,8 @@
 * a plain torch loop configured by ``key=value`` overrides over packed data: dsguard moves
   ``max_length`` as a logged new phase and reports the tokens per step it changed.
 
-Both fail on a real RLIMIT_AS (``resources.host_memory_limit``) with torch's own allocator
+Both fail on a real RLIMIT_AS (``resources.host_memory_limit``, ``host_memory_via: rlimit_as``:
+the budgets are address-space budgets) with torch's own allocator
 error, never a simulated one.
 """
 
@@ -61,7 +62,7 @@ def test_plain_deepspeed_loop_healed_through_its_own_config_file(
         # One DeepSpeed process without a launcher: its rendezvous comes from the job here.
         "env": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0",
                 "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MALLOC_ARENA_MAX": "2"},
-        "resources": {"host_memory_limit": "2300MiB"},
+        "resources": {"host_memory_limit": "2300MiB", "host_memory_via": "rlimit_as"},
         "limits": {"backoff_s": [0, 0], "fatal_grace_s": 1, "min_max_length": 16},
         "log_dir": "runs",
     }  # fmt: skip
@@ -121,7 +122,7 @@ def test_dotlist_script_packed_max_length_is_a_new_phase(
                           "max_length": "data.max_len"},
         "checkpoints": {"dir": "ckpt", "output_flag": "--out", "resume_flag": None},
         "ladder": {"host_oom": ["max_length"]},
-        "resources": {"host_memory_limit": "2000MiB"},
+        "resources": {"host_memory_limit": "2000MiB", "host_memory_via": "rlimit_as"},
         "limits": {"backoff_s": [0, 0], "fatal_grace_s": 1, "min_max_length": 16},
         "log_dir": "runs",
     }  # fmt: skip
@@ -178,7 +179,7 @@ def test_plain_deepspeed_loop_healed_through_its_deepspeed_config(
         "deepspeed": {"config": "ds.json", "flag": "--deepspeed_config"},
         "env": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0",
                 "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MALLOC_ARENA_MAX": "2"},
-        "resources": {"host_memory_limit": "2300MiB"},
+        "resources": {"host_memory_limit": "2300MiB", "host_memory_via": "rlimit_as"},
         "limits": {"backoff_s": [0, 0], "fatal_grace_s": 1, "min_max_length": 16},
         "log_dir": "runs",
     }  # fmt: skip

@@ -91,7 +91,7 @@ def test_accelerate_save_state_loop_heals_host_oom_and_resumes_through_its_flag(
         "train": {"micro_batch_size": 4, "gradient_accumulation_steps": 1},
         "flags": NO_EXTRA_FLAGS,
         "checkpoints": {"dir": "out", "output_flag": "--out", "resume_flag": "--resume_from"},
-        "resources": {"host_memory_limit": "4GiB"},
+        "resources": {"host_memory_limit": "4GiB", "host_memory_via": "rlimit_as"},
         "limits": {"backoff_s": [0, 0], "fatal_grace_s": 1}, "log_dir": "runs",
     })  # fmt: skip
     res = run_dsguard("run", "job.yaml", timeout=300)
