@@ -37,7 +37,7 @@ def test_corpus_is_real_and_split() -> None:
     assert len(failures) >= 249
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
-    assert {c.group for c in failures} == {"tune", "heldout"}
+    assert {c.group for c in failures} == {"tune", "heldout", "heldout2"}
 
 
 def test_zero_false_kills_on_harmless_mentions() -> None:
@@ -45,7 +45,7 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
     assert false_kills([c for c in CASES if c.group == "mention"]) == []
 
 
-@pytest.mark.parametrize("group", ["tune", "heldout"])
+@pytest.mark.parametrize("group", ["tune", "heldout", "heldout2"])
 def test_ladder_kinds_are_precise(group: str) -> None:
     """cuda_oom, host_oom and ds_build_error change the training: precision >= 0.98."""
     s = _score(group)
@@ -54,7 +54,7 @@ def test_ladder_kinds_are_precise(group: str) -> None:
         assert p is None or p >= 0.98, (kind, p, s.misses)
 
 
-@pytest.mark.parametrize("group", ["tune", "heldout"])
+@pytest.mark.parametrize("group", ["tune", "heldout", "heldout2"])
 def test_no_user_error_is_taken_for_an_oom(group: str) -> None:
     assert _score(group).user_as_oom() == 0
 
