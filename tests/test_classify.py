@@ -594,6 +594,29 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
         None,
         True,
     ),
+    (
+        "[rank3]:[E606 09:09:08.172519935 ProcessGroupNCCL.cpp:1987] [PG ID 0 PG GUID "
+        "0(default_pg) Rank 3] Received a dump signal due to a collective timeout from this "
+        "local rank and we will try our best to dump the debug info. Last enqueued NCCL work: "
+        "1, last completed NCCL work: -1.",
+        K.NCCL_ERROR,
+        3,
+        False,
+    ),
+    (
+        "[rank1]: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
+        "by peer [172.19.2.2]:33177",
+        K.NCCL_ERROR,
+        1,
+        False,
+    ),
+    (
+        "RuntimeError: Gloo connectFullMesh failed with "
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+        K.NCCL_ERROR,
+        None,
+        True,
+    ),
     # ---- must NOT classify --------------------------------------------------------------------
     # the warning form of the mismatch without its ANSI colour (a plain log file)
     (

@@ -263,6 +263,10 @@ _TRIGGERS: tuple[str, ...] = (
     "compile CUDA op",
     "nstalled CUDA version",
     "oss scale already at minimum",
+    # torch ProcessGroupNCCL.cpp getNCCLWatchdogTimeoutErrorMsg: "[PG ID 0 ... Rank 3] Received
+    # a dump signal due to a collective timeout from rank 7 ..." (the ranks that did not time
+    # out themselves; a glog [E...] line, no "Error" in it)
+    "eceived a dump signal",
 )
 
 
@@ -599,6 +603,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Rendezvous\w*(?:Error|Exception)",
             r"Timeout at NCCL work",
             r"PasswordAuthentication=no \S+ hostname' returned non-zero exit status",
+            # torch ProcessGroupNCCL.cpp, flight-recorder era (2.4+): a collective timed out on
+            # some rank and this one is told to dump; a consequence, so below any root cause
+            r"Received a dump signal due to a collective timeout from",
+            # gloo (the CPU backend, also used for c10d's own barriers): transport errors from
+            # gloo/transport/tcp/pair.cc ("Connection closed by peer", "Read error ...:
+            # Connection reset by peer") and a rendezvous that never connects
+            r"gloo/transport/tcp/pair\.cc:\d+\]",
+            r"Gloo connectFullMesh failed",
         ),
     ),
     (
