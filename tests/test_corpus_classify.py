@@ -32,9 +32,9 @@ def _score(group: str) -> Score:
 
 
 def test_corpus_is_real_and_split() -> None:
-    """At least 329 labelled failures in 12 kinds and 45 mentions, all three splits used."""
+    """At least 328 labelled failures in 12 kinds and 45 mentions, all three splits used."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 329
+    assert len(failures) >= 328
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == {"tune", "heldout", "heldout2"}
@@ -65,15 +65,15 @@ def test_heldout_accuracy_floor() -> None:
 
 
 def test_heldout2_accuracy_floor() -> None:
-    """heldout2 (80 logs gathered after the rules, never used to write them): 83.8% with the
-    classifier before the framework-format rules, 91.2% after; no regression below that."""
+    """heldout2 (79 logs gathered after the rules, never used to write them): 83.5% with the
+    classifier before the framework-format rules, 91.1% after; no regression below that."""
     assert _score("heldout2").accuracy >= 0.91
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="issue 12 target not met yet: heldout 91.9% (114/124), unknown 6.5%; "
-    "heldout2 91.2%, unknown 8.8%",
+    "heldout2 91.1%, unknown 8.9%",
 )
 def test_heldout_meets_the_issue_targets() -> None:
     """The issue's targets: >= 95% accuracy on logs not tuned on, ``unknown`` below 3%."""
