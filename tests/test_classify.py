@@ -526,7 +526,107 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
         True,
     ),
     ("transformers.utils.import_utils.OptionalDependencyNotAvailable: x", None, None, True),
+    # -- issue 12 round 2: framework messages printed without an exception name on the line
+    # (an assert's message, a log line), from DeepSpeed op_builder/builder.py and
+    # runtime/fp16/loss_scaler.py, Megatron param_and_grad_buffer.py, torch clip_grad.py
+    (
+        'assert cuda_home is not None, "CUDA_HOME does not exist, unable to compile CUDA op(s)"',
+        K.DS_BUILD_ERROR,
+        None,
+        False,
+    ),
+    (
+        "DeepSpeed Op Builder: Installed CUDA version 12.0 does not match the version torch was "
+        "compiled with 11.8, unable to compile cuda/cpp extensions without a matching cuda "
+        "version.",
+        K.DS_BUILD_ERROR,
+        None,
+        False,
+    ),
+    (
+        "deepspeed.ops.op_builder.builder.MissingCUDAException: Unable to run "
+        "/usr/local/cuda/bin/nvcc, unable to compile CUDA op(s): [Errno 2] No such file",
+        K.DS_BUILD_ERROR,
+        None,
+        True,
+    ),
+    (
+        "RuntimeError: DeepSpeed JIT builder for 'cpu_adam' found no CUDA devices. Set "
+        "TORCH_CUDA_ARCH_LIST or make GPUs visible.",
+        K.DS_BUILD_ERROR,
+        None,
+        True,
+    ),
+    ("ImportError: No module named 'fused_adam'", K.DS_BUILD_ERROR, None, True),
+    (
+        "ModuleNotFoundError: No module named 'deepspeed.ops.adam.cpu_adam_op'",
+        K.DS_BUILD_ERROR,
+        None,
+        True,
+    ),
+    (
+        "[2023-05-01 10:00:00,000] [INFO] [loss_scaler.py:190:update_scale] Current loss scale "
+        "already at minimum - cannot decrease scale anymore. Exiting run.",
+        K.LOSS_DIVERGENCE,
+        None,
+        False,
+    ),
+    (
+        "AssertionError: Rank 3: found NaN in local grad norm in backward pass before "
+        "data-parallel communication collective. Device: 3, node: n1",
+        K.LOSS_DIVERGENCE,
+        None,
+        True,
+    ),
+    (
+        "[rank2]: RuntimeError: Rank 2, node n1, device 2, iteration 7: Unexpected result nan "
+        "(message='found NaN in local grad norm for bucket #0 in backward pass before "
+        "data-parallel communication collective')",
+        K.LOSS_DIVERGENCE,
+        2,
+        True,
+    ),
+    (
+        "RuntimeError: The total norm of order 2.0 for gradients from `parameters` is "
+        "non-finite, so it cannot be clipped. To disable this error and scale the gradients by "
+        "the non-finite norm anyway, set `error_if_nonfinite=False`",
+        K.LOSS_DIVERGENCE,
+        None,
+        True,
+    ),
+    (
+        "[rank3]:[E606 09:09:08.172519935 ProcessGroupNCCL.cpp:1987] [PG ID 0 PG GUID "
+        "0(default_pg) Rank 3] Received a dump signal due to a collective timeout from this "
+        "local rank and we will try our best to dump the debug info. Last enqueued NCCL work: "
+        "1, last completed NCCL work: -1.",
+        K.NCCL_ERROR,
+        3,
+        False,
+    ),
+    (
+        "[rank1]: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
+        "by peer [172.19.2.2]:33177",
+        K.NCCL_ERROR,
+        1,
+        False,
+    ),
+    (
+        "RuntimeError: Gloo connectFullMesh failed with "
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+        K.NCCL_ERROR,
+        None,
+        True,
+    ),
     # ---- must NOT classify --------------------------------------------------------------------
+    # the warning form of the mismatch without its ANSI colour (a plain log file)
+    (
+        " [WARNING]  DeepSpeed Op Builder: Installed CUDA version 12.4 does not match the "
+        "version torch was compiled with 11.8.Detected `DS_SKIP_CUDA_CHECK=1`: Allowing this "
+        "combination of CUDA, but it may result in unexpected behavior.",
+        None,
+        None,
+        False,
+    ),
     # DeepSpeed op_builder's mismatch *warnings*: they print, they do not raise
     (
         "Installed CUDA version 12.2 does not match the version torch was compiled with 12.1 but "

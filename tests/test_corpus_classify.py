@@ -32,12 +32,12 @@ def _score(group: str) -> Score:
 
 
 def test_corpus_is_real_and_split() -> None:
-    """At least 249 labelled failures in 12 kinds and 45 mentions, both splits used."""
+    """At least 328 labelled failures in 12 kinds and 45 mentions, all three splits used."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 249
+    assert len(failures) >= 328
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
-    assert {c.group for c in failures} == {"tune", "heldout"}
+    assert {c.group for c in failures} == {"tune", "heldout", "heldout2"}
 
 
 def test_zero_false_kills_on_harmless_mentions() -> None:
@@ -45,7 +45,7 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
     assert false_kills([c for c in CASES if c.group == "mention"]) == []
 
 
-@pytest.mark.parametrize("group", ["tune", "heldout"])
+@pytest.mark.parametrize("group", ["tune", "heldout", "heldout2"])
 def test_ladder_kinds_are_precise(group: str) -> None:
     """cuda_oom, host_oom and ds_build_error change the training: precision >= 0.98."""
     s = _score(group)
@@ -54,17 +54,27 @@ def test_ladder_kinds_are_precise(group: str) -> None:
         assert p is None or p >= 0.98, (kind, p, s.misses)
 
 
-@pytest.mark.parametrize("group", ["tune", "heldout"])
+@pytest.mark.parametrize("group", ["tune", "heldout", "heldout2"])
 def test_no_user_error_is_taken_for_an_oom(group: str) -> None:
     assert _score(group).user_as_oom() == 0
 
 
 def test_heldout_accuracy_floor() -> None:
-    """The level reached without tuning on heldout (91.1% when written): no regression."""
-    assert _score("heldout").accuracy >= 0.90
+    """The level reached without tuning on heldout (91.9% when last changed): no regression."""
+    assert _score("heldout").accuracy >= 0.91
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 target not met yet: heldout 91.1%, unknown 7.3%")
+def test_heldout2_accuracy_floor() -> None:
+    """heldout2 (79 logs gathered after the rules, never used to write them): 83.5% with the
+    classifier before the framework-format rules, 91.1% after; no regression below that."""
+    assert _score("heldout2").accuracy >= 0.91
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 target not met yet: heldout 91.9% (114/124), unknown 6.5%; "
+    "heldout2 91.1%, unknown 8.9%",
+)
 def test_heldout_meets_the_issue_targets() -> None:
     """The issue's targets: >= 95% accuracy on logs not tuned on, ``unknown`` below 3%."""
     s = _score("heldout")

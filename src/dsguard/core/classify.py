@@ -254,6 +254,19 @@ _TRIGGERS: tuple[str, ...] = (
     "recover from OOM",  # fairseq "attempting to recover from OOM in forward/backward pass"
     "op_builder",  # traceback frames in DeepSpeed's op builder: the exception is a build error
     "cpp_extension.py",  # ... or in torch's extension builder
+    # -- issue 12, framework message formats printed without "Error"/"Exception" on the line
+    # (an assert's message, a log line, an issue title): DeepSpeed op_builder/builder.py
+    # MissingCUDAException ("CUDA_HOME does not exist, unable to compile CUDA op(s)", "Unable to
+    # run <nvcc>, unable to compile CUDA op(s)") and assert_no_cuda_mismatch ("Installed CUDA
+    # version X does not match ..."); runtime/fp16/loss_scaler.py ("Current loss scale already
+    # at minimum - cannot decrease scale anymore. Exiting run.")
+    "compile CUDA op",
+    "nstalled CUDA version",
+    "oss scale already at minimum",
+    # torch ProcessGroupNCCL.cpp getNCCLWatchdogTimeoutErrorMsg: "[PG ID 0 ... Rank 3] Received
+    # a dump signal due to a collective timeout from rank 7 ..." (the ranks that did not time
+    # out themselves; a glog [E...] line, no "Error" in it)
+    "eceived a dump signal",
 )
 
 
@@ -394,14 +407,27 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDAMismatchException|MissingCUDAException",
             # older DeepSpeed (setup.py / assert_no_cuda_mismatch) and torch cpp_extension
             # 80-column pip output may wrap these anywhere: either half is enough
-            r"Installed CUDA version \S+ does not match",
-            r"does not match the version torch was compiled with",
+            # (not its two warnings: "... but since the APIs are compatible, accepting this
+            # combination" and "Detected `DS_SKIP_CUDA_CHECK=1`: Allowing ...", which go on)
+            r"Installed CUDA version \S+ does not match(?!.*(?:accepting this|DS_SKIP_CUDA_CHECK))",
+            r"does not match the version torch was compiled with"
+            r"(?!.*(?:accepting this|DS_SKIP_CUDA_CHECK))",
             r"unable to compile cuda/cpp extensions",
             r"No such file or directory: '[^']*/bin/nvcc'",
             r"nvcc: (?:command )?not found",
             r"The detected CUDA version \([^)]*\) mismatches the version that was used to "
             r"compile",
             r"CUDA_HOME does not exist",
+            # op_builder/builder.py installed_cuda_version: MissingCUDAException when nvcc
+            # cannot be run ("Unable to run /usr/local/cuda/bin/nvcc, unable to compile CUDA
+            # op(s): ..."), and compute_capability_args with no GPU visible at JIT time
+            r"unable to compile CUDA op\(s\)",
+            r"DeepSpeed JIT builder for '[^']*' found no CUDA devices",
+            # a JIT-built optimizer op that never got built: torch cpp_extension's
+            # _import_module_from_library (older torch: "No module named 'fused_adam'") or the
+            # prebuilt name from builder.py absolute_name ("deepspeed.ops.adam.cpu_adam_op")
+            r"No module named '(?:deepspeed\.ops\.\w+\.)?(?:cpu_adam|cpu_adagrad|cpu_lion"
+            r"|fused_adam|fused_lamb|fused_lion)(?:_op)?'",
             r"Unable to pre-compile \w+",
             r"error: command '[^']*nvcc(?:\.exe)?' failed",
             r"fatal error: [\w/.+-]+\.(?:h|hpp|cuh): No such file or directory",
@@ -484,6 +510,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"FloatingPointError",
             r"Minimum loss scale reached",
             r"number of nan iterations:\s*[1-9]",  # Megatron's per-interval log line
+            # Megatron core/distributed/param_and_grad_buffer.py: "Rank N: found NaN in local
+            # grad norm in backward pass before data-parallel communication collective" (an
+            # assert), later through rerun_state_machine.validate_result: "Rank N, node ...,
+            # iteration I: Unexpected result nan (message='found NaN in local grad norm for
+            # bucket #0 ...')"; training.py's loss check "found NaN in local forward loss"
+            r"found (?:NaN|Inf) in local (?:grad norm|forward loss)",
+            r"Unexpected result (?:nan|inf)\b",
+            # torch nn/utils/clip_grad.py clip_grad_norm_(error_if_nonfinite=True)
+            r"is non-finite, so it cannot be clipped",
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
             r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"]?\s*[:=]?\s*"
@@ -568,6 +603,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Rendezvous\w*(?:Error|Exception)",
             r"Timeout at NCCL work",
             r"PasswordAuthentication=no \S+ hostname' returned non-zero exit status",
+            # torch ProcessGroupNCCL.cpp, flight-recorder era (2.4+): a collective timed out on
+            # some rank and this one is told to dump; a consequence, so below any root cause
+            r"Received a dump signal due to a collective timeout from",
+            # gloo (the CPU backend, also used for c10d's own barriers): transport errors from
+            # gloo/transport/tcp/pair.cc ("Connection closed by peer", "Read error ...:
+            # Connection reset by peer") and a rendezvous that never connects
+            r"gloo/transport/tcp/pair\.cc:\d+\]",
+            r"Gloo connectFullMesh failed",
         ),
     ),
     (
