@@ -108,6 +108,24 @@ def test_unknown_events_extra_fields_and_predictions_do_not_break_it() -> None:
     assert "from_the_future x1" in html and "<svg" in html
 
 
+def test_the_host_limit_line_says_how_the_limit_was_enforced() -> None:
+    """A memory cgroup counts resident memory, RLIMIT_AS address space: the same 2.5 GiB
+    line means different things, so the chart takes the mechanism from the event log."""
+    beats = {1: [{"global_step": 1, "time_s": 1.0, "rank": 0, "host_rss_bytes": 1 << 30}]}
+    for how, label in (
+        ("cgroup_v1", "limit (memory cgroup: resident memory)"),
+        ("rlimit_as", "limit (RLIMIT_AS: address space, not RSS)"),
+    ):
+        applied = {"event": "memory_limit_applied", "attempt": 1, "how": how,
+                   "limit_bytes": 5 << 29, "cgroup": None, "reason": None}  # fmt: skip
+        view = build(_events(applied), beats, known_events={"memory_limit_applied"})
+        assert (view.host_limit_bytes, view.host_limit_how) == (5 << 29, how)
+        assert label in page([("j", view)])
+    assert "limit (resources.host_memory_limit)" in page(
+        [("j", build(_events(), beats, host_limit_bytes=2 << 30))]
+    )
+
+
 def test_a_torn_last_line_and_garbage_are_skipped(tmp_path: Path) -> None:
     log = _copy("phase", tmp_path)
     whole = (log / "heartbeat" / "attempt-3-rank-0.jsonl").read_bytes().count(b"\n")

@@ -98,6 +98,10 @@ class RunView:
     phases: list[tuple[int, float | None, str]] = field(default_factory=list)
     points: list[Point] = field(default_factory=list)
     host_limit_bytes: int | None = None
+    #: How the host limit was enforced (``memory_limit_applied.how``: ``cgroup_v1``,
+    #: ``cgroup_v2``, ``rlimit_as``); None: read from the job file, mechanism unknown. A
+    #: cgroup limit counts resident memory, RLIMIT_AS address space: the chart must say which.
+    host_limit_how: str | None = None
     gpu_total_bytes: int | None = None
     job_file: str | None = None
     #: Events this reader does not know, by name (shown, never a reason to fail).
@@ -292,6 +296,9 @@ def _on_event(view: RunView, ev: Mapping[str, Any], known: frozenset[str]) -> No
         a.hang = True
     elif name == "gpu_release_checked":
         a.gpu_wait_s += _num(ev.get("waited_s")) or 0.0
+    elif name == "memory_limit_applied":
+        view.host_limit_bytes = _int(ev.get("limit_bytes")) or view.host_limit_bytes
+        view.host_limit_how = _str(ev.get("how"))
     elif name in PLAN_EVENTS or any("predict" in k for k in ev):
         a.predicted.update(_predictions(ev))
         # The planner knows the card: a GPU total there is the limit line of the chart.

@@ -302,8 +302,16 @@ def memory_svg(view: RunView) -> str:
         "peak host memory per attempt (RSS)",
         host,
         _f(view.host_limit_bytes),
-        "limit (RLIMIT_AS: address space, not RSS)",
+        _HOST_LIMIT_LABEL.get(view.host_limit_how or "", "limit (resources.host_memory_limit)"),
     )
+
+
+#: What the host limit line means, by how it was enforced (``memory_limit_applied.how``).
+_HOST_LIMIT_LABEL = {
+    "cgroup_v1": "limit (memory cgroup: resident memory)",
+    "cgroup_v2": "limit (memory cgroup: resident memory)",
+    "rlimit_as": "limit (RLIMIT_AS: address space, not RSS)",
+}
 
 
 def _f(v: int | None) -> float | None:

@@ -91,7 +91,8 @@ def read_log_dir(log_dir: Path) -> RunView:
     events = list(_lines(logs.events))
     beats = read_history(log_dir / HEARTBEAT_SUBDIR)
     view = build(events, beats, known_events=EVENTS)
-    view.host_limit_bytes = host_limit_bytes(view.job_file)
+    if view.host_limit_bytes is None:  # no memory_limit_applied (an older log): the job file's
+        view.host_limit_bytes = host_limit_bytes(view.job_file)
     return view
 
 
