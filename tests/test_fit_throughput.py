@@ -89,9 +89,27 @@ def test_the_probe_tries_the_larger_neighbour_then_the_smaller() -> None:
     assert got is not None and got.knobs == _k(2, 8)
     got = choose_probe({base: 2.0}, set(), lambda k: k.micro_batch_size <= 4)
     assert got is not None and got.knobs == _k(2, 8)  # larger predicted not to fit
-    both = {base: 2.0, _k(8, 2): 1.0, _k(2, 8): 1.5}
-    assert choose_probe(both, set(), everything_fits) is None  # a local optimum: stop
     assert choose_probe({}, set(), everything_fits) is None  # nothing measured yet
+
+
+def test_the_probe_walks_past_a_slower_neighbour_and_stops_when_all_are_measured() -> None:
+    """P5's small model, global batch 16: 8x2 4.4, 4x4 4.2 samples/s. Stopping at the slower
+    4x4 would never find 2x8 (5.4) and 1x16 (5.8)."""
+
+    def up_to_8(k: Knobs) -> bool:
+        return k.micro_batch_size <= 8
+
+    seen = {_k(8, 2): 4.4, _k(4, 4): 4.2}
+    got = choose_probe(seen, set(), up_to_8)
+    assert got is not None and (got.knobs, got.direction) == (_k(2, 8), "smaller")
+    assert got.baseline == _k(8, 2)
+    seen |= {_k(2, 8): 5.4}
+    got = choose_probe(seen, set(), up_to_8)
+    assert got is not None and got.knobs == _k(1, 16) and got.baseline == _k(2, 8)
+    seen |= {_k(1, 16): 5.8}
+    assert choose_probe(seen, set(), up_to_8) is None  # 16x1 predicted not to fit: done
+    assert choose_probe(seen, set(), lambda k: True) is not None  # 16x1 would be next
+    assert choose_probe(seen, {_k(16, 1)}, lambda k: True) is None  # known to fail
 
 
 # -- the loop (FakeHost, real store) ----------------------------------------------------------
