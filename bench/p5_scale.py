@@ -248,7 +248,26 @@ def run(quick: bool = True) -> dict[str, Any]:
             "median_of_best": statistics.median(r[p]["of_best"] for r in rows)}
         for p in ("ladder", "fresh", "warm", "probe")
     }  # fmt: skip
-    return {"rows": rows, "summary": summary, "peaks": {str(k): v for k, v in peaks.items()}}
+    errors = []
+    for (model, length, micro), peak in sorted(peaks.items()):
+        global_batch = {("tiny", 2048): 8, ("small", 512): 16, ("small", 1024): 8}[(model, length)]
+        k = knobs(length, micro, global_batch // micro)
+        predicted = estimate(shape(model), k, REGIME).host_peak_bytes
+        errors.append(
+            {
+                "model": model,
+                "max_length": length,
+                "micro": micro,
+                "vm_peak": peak,
+                "predicted": predicted,
+                "error_pct": 100 * (predicted - peak) / peak,
+            }
+        )
+    abs_err = [abs(e["error_pct"]) for e in errors]
+    return {
+        "rows": rows, "summary": summary, "errors": errors,
+        "median_abs_error_pct": statistics.median(abs_err), "worst_abs_error_pct": max(abs_err),
+    }  # fmt: skip
 
 
 def markdown(rep: dict[str, Any]) -> str:
@@ -271,6 +290,18 @@ def markdown(rep: dict[str, Any]) -> str:
             f"{', '.join(pr['probes']) or '-'} -> {pr['final']} ({pr['of_best']:.2f}), "
             f"{pr['failed']} | {r['hf']} |"
         )
+    lines += [
+        "",
+        f"Estimator error on every measured VmPeak ({len(rep['errors'])} configs): median "
+        f"|error| {rep['median_abs_error_pct']:.1f} %, worst {rep['worst_abs_error_pct']:.1f} %.",
+        "",
+        "| model | max_length | micro | measured VmPeak GiB | predicted GiB | error |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for e in rep["errors"]:
+        lines.append(f"| {e['model']} | {e['max_length']} | {e['micro']} | "
+                     f"{e['vm_peak'] / GIB:.2f} | {e['predicted'] / GIB:.2f} | "
+                     f"{e['error_pct']:+.1f} % |")  # fmt: skip
     lines += ["", "| policy | mean failed attempts | throughput / sweep best: median | worst |",
               "|---|---:|---:|---:|"]  # fmt: skip
     names = {
@@ -285,11 +316,76 @@ def markdown(rep: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def live(rows: list[dict[str, Any]], only: set[str], tmp: Path) -> list[dict[str, Any]]:
+    """The new scenarios for real: ``dsguard run`` with a fresh store, then again with
+    ``fit_probe: true`` on the store it filled; HF ``auto_find_batch_size`` under the same
+    budget (with DeepSpeed, and without when that finds no size, as P5 did)."""
+    from bench import p5_fit
+    from bench import p5_healing as p5
+    from bench.common import read_jsonl
+
+    out = []
+    original_job = p5.write_p5_job
+    for r in rows:
+        if r["scenario"] not in only:
+            continue
+        start_micro, start_accum = (int(x) for x in r["start"].split("x"))
+        sc = p5.Scenario(r["scenario"], r["model"], r["max_length"], start_micro, start_accum,
+                         int(r["largest_fitting"].split("x")[0]))  # fmt: skip
+        store = tmp / f"{sc.name}-store.sqlite"
+        model_json = tmp / f"{sc.model}.json"
+        model_json.write_text(json.dumps(p5_fit.PRESET_SHAPES[sc.model]))
+        res: dict[str, Any] = {"scenario": sc.name}
+        for phase in ("fresh", "probe"):
+
+            def job(sc_: Any, steps: int, budget: int, work: Path, _p: str = phase) -> Path:
+                path: Path = original_job(sc_, steps, budget, work)
+                if _p == "probe":
+                    path.write_text(path.read_text() + "fit_probe: true\n")
+                return path
+
+            p5.write_p5_job = job
+            try:
+                work = tmp / f"{sc.name}-{phase}"
+                got = p5_fit._dsguard(p5, sc, r["budget"], work, model_json=model_json,
+                                      store=store)  # fmt: skip
+            finally:
+                p5.write_p5_job = original_job
+            events = read_jsonl(work / f"{sc.name}-dsguard" / "runs" / "events.jsonl")
+            got["throughput_measured"] = [
+                {k: e.get(k) for k in ("knobs", "samples_per_s", "from_step", "to_step")}
+                for e in events if e["event"] == "throughput_measured"
+            ]  # fmt: skip
+            got["probe_events"] = [e for e in events if e["event"].startswith("fit_probe")]
+            res[phase] = got
+        auto = ["--auto_find_batch_size", "true", "--log_level", "info"]
+        hf = p5.direct(sc, sc.micro, sc.accum, steps=p5.STEPS, budget=r["budget"], tmp=tmp,
+                       label=f"{sc.name}-hf-auto", extra=auto)  # fmt: skip
+        res["hf"] = p5.hf_summary(hf, sc, deepspeed=True)
+        if not hf.ok:
+            hf = p5.direct(sc, sc.micro, sc.accum, steps=p5.STEPS, budget=r["budget"],
+                           tmp=tmp, label=f"{sc.name}-hf-auto-plain", extra=auto,
+                           deepspeed=False)  # fmt: skip
+            res["hf_plain"] = p5.hf_summary(hf, sc, deepspeed=False)
+        for k in ("hf", "hf_plain"):
+            if k in res:
+                res[k].pop("log", None)
+        out.append(res)
+        print(json.dumps(res, default=str)[:2000], file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json")
+    parser.add_argument("--live", help="scenario names to run for real, e.g. T1,S1,S2,L1")
     ns = parser.parse_args(argv)
     rep = run()
+    if ns.live:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="p5scale-") as tmp:
+            rep["live"] = live(rep["rows"], set(ns.live.split(",")), Path(tmp))
     if ns.json:
         Path(ns.json).write_text(json.dumps(rep, indent=2))
     sys.stdout.write(markdown(rep))
