@@ -926,9 +926,9 @@ class ThroughputMeasured(Event):
 
 
 class FitProbePlanned(Event):
-    """``fit_probe: true``: this run starts at an unmeasured neighbour of the fastest config
-    the store knows (micro-batch doubled or halved, global batch kept, predicted to fit),
-    so the store learns which of the two is faster."""
+    """``fit_probe: true``: this run starts at the unmeasured config nearest the fastest one
+    the store knows on its micro-batch chain (larger first, global batch kept, predicted to
+    fit), so the store learns which of the two is faster."""
 
     knobs: dict[str, Any]
     direction: str
