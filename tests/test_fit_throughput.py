@@ -166,3 +166,18 @@ def test_a_faster_probe_is_where_the_next_run_starts(tmp_path: Path) -> None:
     _, events, _ = _run(tmp_path / "two", [_steps(20.0, 25.0, 30.0)], facts)
     (applied,) = _named(events, "plan_applied")
     assert applied["source"] == "store" and applied["knobs"] == _k(8, 2).as_dict()
+
+
+def test_fit_probe_is_a_validated_job_key(tmp_path: Path) -> None:
+    from dsguard.errors import JobFileError
+    from dsguard.job.file import load_job
+    from tests.conftest import write_job
+
+    for sub in "abc":
+        (tmp_path / sub).mkdir()
+    assert load_job(write_job(tmp_path / "a", [], fit_probe=True)).fit_probe is True
+    assert load_job(write_job(tmp_path / "b", [])).fit_probe is False
+    with pytest.raises(JobFileError) as info:
+        load_job(write_job(tmp_path / "c", [], fit_probe="often"))
+    (problem,) = [p for p in info.value.problems if p.field == "fit_probe"]
+    assert problem.line is not None and problem.line > 0
