@@ -914,7 +914,9 @@ _NAMES.update({cls: name for name, cls in EVENTS.items()})
 class ThroughputMeasured(Event):
     """An attempt's training speed between two step heartbeats (start-up and its first
     step excluded: the trainer's own step timestamps, not time since launch), recorded in
-    the known-good store so a later run starts at the fastest config known to fit."""
+    the known-good store so a later run starts at the fastest config known to fit.
+    ``tokens_per_s`` is samples/s x ``max_length`` (when known): an upper bound where
+    examples are shorter than it."""
 
     knobs: dict[str, Any]
     samples_per_s: float
