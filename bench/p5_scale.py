@@ -175,8 +175,10 @@ def replay_scenario(
                   "final": _label(fresh_final),
                   "of_best": rate[fresh_final.micro_batch_size] / best},
         "warm": {"source": warm.source, "failed": len(warm_failed), "final": _label(warm_final),
+                 "lost_s": round(len(warm_failed) * cost, 1),
                  "of_best": rate[warm_final.micro_batch_size] / best},
         "probe": probe | {"of_best": probe["final_rate"] / best,
+                          "lost_s": round(probe["failed"] * cost, 1),
                           "probe_runs_of_best": [round(x / best, 3) for x in probe["probe_rates"]]},
     }  # fmt: skip
 
@@ -243,7 +245,7 @@ def run(quick: bool = True) -> dict[str, Any]:
         return statistics.mean(r[policy][key] for r in rows)
 
     summary = {
-        p: {"mean_failed": mean(p, "failed"),
+        p: {"mean_failed": mean(p, "failed"), "mean_lost_s": mean(p, "lost_s"),
             "min_of_best": min(r[p]["of_best"] for r in rows),
             "median_of_best": statistics.median(r[p]["of_best"] for r in rows)}
         for p in ("ladder", "fresh", "warm", "probe")
@@ -302,8 +304,8 @@ def markdown(rep: dict[str, Any]) -> str:
         lines.append(f"| {e['model']} | {e['max_length']} | {e['micro']} | "
                      f"{e['vm_peak'] / GIB:.2f} | {e['predicted'] / GIB:.2f} | "
                      f"{e['error_pct']:+.1f} % |")  # fmt: skip
-    lines += ["", "| policy | mean failed attempts | throughput / sweep best: median | worst |",
-              "|---|---:|---:|---:|"]  # fmt: skip
+    lines += ["", "| policy | mean failed attempts | mean s lost | throughput / sweep best: "
+              "median | worst |", "|---|---:|---:|---:|---:|"]  # fmt: skip
     names = {
         "ladder": "fixed ladder (fit off)",
         "fresh": "first fit, fresh store",
@@ -311,7 +313,8 @@ def markdown(rep: dict[str, Any]) -> str:
         "probe": "warm store after fit_probe runs",
     }
     for p, s in rep["summary"].items():
-        lines.append(f"| {names[p]} | {s['mean_failed']:.2f} | {s['median_of_best']:.2f} | "
+        lines.append(f"| {names[p]} | {s['mean_failed']:.2f} | {s['mean_lost_s']:.1f} | "
+                     f"{s['median_of_best']:.2f} | "
                      f"{s['min_of_best']:.2f} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
