@@ -181,3 +181,28 @@ def test_fit_probe_is_a_validated_job_key(tmp_path: Path) -> None:
         load_job(write_job(tmp_path / "c", [], fit_probe="often"))
     (problem,) = [p for p in info.value.problems if p.field == "fit_probe"]
     assert problem.line is not None and problem.line > 0
+
+
+def test_a_probe_that_runs_out_of_memory_is_healed_and_never_probed_again(
+    tmp_path: Path,
+) -> None:
+    """The estimate said 8x2 fits, the real attempt ran out of memory: the ladder heals it
+    in the same run, the store records 8x2 as failed, and the next probe goes the other way."""
+    from tests.test_fit_loop import OOM
+
+    facts = dataclasses.replace(_facts(10_000 * GIB), signature="regime-o")
+    KnownGoodStore().record("regime-o", _k(4, 4).as_dict(), "fit", GIB, 2.0)
+    oom = Script(lines=((1.0, OOM),), exit_at_s=None)
+    code, events, _ = _run(tmp_path / "one", [oom, _steps(20.0, 25.0, 30.0)], facts,
+                           fit_probe=True)  # fmt: skip
+    assert code == 0
+    started = _named(events, "attempt_started")
+    assert started[0]["knobs"] == _k(8, 2).as_dict() and len(started) == 2
+    assert not _named(events, "fit_probe_decided")  # the probe never measured a speed
+    outcomes = {
+        (r.knobs["micro_batch_size"], r.outcome) for r in KnownGoodStore().lookup("regime-o")
+    }
+    assert (8, "oom") in outcomes
+    _, events, _ = _run(tmp_path / "two", [_steps(20.0, 25.0, 30.0)], facts, fit_probe=True)
+    (planned,) = _named(events, "fit_probe_planned")
+    assert planned["direction"] == "smaller" and planned["knobs"] == _k(2, 8).as_dict()
