@@ -316,6 +316,52 @@ def markdown(rep: dict[str, Any]) -> str:
         lines.append(f"| {names[p]} | {s['mean_failed']:.2f} | {s['mean_lost_s']:.1f} | "
                      f"{s['median_of_best']:.2f} | "
                      f"{s['min_of_best']:.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n" + live_markdown(rep.get("live", []))
+
+
+def live_markdown(rows: list[dict[str, Any]]) -> str:
+    """The ``--live`` runs: dsguard fresh, dsguard ``fit_probe`` on the warm store, HF."""
+    if not rows:
+        return ""
+    lines = [
+        "",
+        "| scenario | dsguard run | plan | attempts | failed | lost s | final | samples/s "
+        "(P5 trace, steps 1-4) | throughput_measured (heartbeats) | probe events |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for r in rows:
+        for phase in ("fresh", "probe"):
+            g = r[phase]
+            k = g["final_knobs"] or {}
+            tm = ", ".join(f"{t['samples_per_s']:.2f}" for t in g["throughput_measured"])
+            pe = ", ".join(e["event"] for e in g["probe_events"]) or "-"
+            sps = g["samples_per_s"]
+            lines.append(
+                f"| {r['scenario']} | {'fresh store' if phase == 'fresh' else 'fit_probe, warm'} "
+                f"| {g['plan']} ({g['plan_source']}) | {g['attempts']} | "
+                f"{g['failed_attempts']} | {g['lost_s']} | "
+                f"{k.get('micro_batch_size')}x{k.get('gradient_accumulation_steps')} | "
+                f"{'-' if sps is None else f'{sps:.2f}'} | {tm or '-'} | {pe} |"
+            )
+    lines += [
+        "",
+        "| scenario | HF auto_find_batch_size | tries (global batch per try) | "
+        "final global batch | first step s | samples/s |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        for key, what in (("hf", "with DeepSpeed"), ("hf_plain", "without DeepSpeed")):
+            h = r.get(key)
+            if not h:
+                continue
+            sps, first = h["samples_per_s"], h["first_step_s"]
+            lines.append(
+                f"| {r['scenario']} | {what}: {'ok' if h['ok'] else 'no size found'} | "
+                f"{h['tries']} ({','.join(str(b) for b in h['total_batches'])}) | "
+                f"{h['global_batch_final'] or '-'} | "
+                f"{'-' if first is None else f'{first:.0f}'} | "
+                f"{'-' if sps is None else f'{sps:.2f}'} |"
+            )  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -382,7 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--live", help="scenario names to run for real, e.g. T1,S1,S2,L1")
+    parser.add_argument("--from-json", help="print the report of an earlier --json")
     ns = parser.parse_args(argv)
+    if ns.from_json:
+        sys.stdout.write(markdown(json.loads(Path(ns.from_json).read_text())))
+        return 0
     rep = run()
     if ns.live:
         import tempfile
