@@ -908,5 +908,59 @@ EVENTS.update(
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 
+# -- issue 15 (throughput): measured speed, the one-config probe ------------------------------
+
+
+class ThroughputMeasured(Event):
+    """An attempt's training speed between two step heartbeats (start-up and its first
+    step excluded: the trainer's own step timestamps, not time since launch), recorded in
+    the known-good store so a later run starts at the fastest config known to fit.
+    ``tokens_per_s`` is samples/s x ``max_length`` (when known): an upper bound where
+    examples are shorter than it."""
+
+    knobs: dict[str, Any]
+    samples_per_s: float
+    steps_per_s: float
+    from_step: int
+    to_step: int
+    span_s: float
+    tokens_per_s: float | None = None
+
+
+class FitProbePlanned(Event):
+    """``fit_probe: true``: this run starts at the unmeasured config nearest the fastest one
+    the store knows on its micro-batch chain (larger first, global batch kept, predicted to
+    fit), so the store learns which of the two is faster."""
+
+    knobs: dict[str, Any]
+    direction: str
+    baseline_knobs: dict[str, Any]
+    baseline_samples_per_s: float
+    predicted_peak_bytes: int
+    available_bytes: int | None
+
+
+class FitProbeDecided(Event):
+    """The probe's measured speed against the baseline's: ``kept_knobs`` is the faster
+    config, the one the next run of this regime starts from."""
+
+    probe_knobs: dict[str, Any]
+    probe_samples_per_s: float
+    baseline_knobs: dict[str, Any]
+    baseline_samples_per_s: float
+    kept_knobs: dict[str, Any]
+    speedup: float
+
+
+EVENTS.update(
+    {
+        "throughput_measured": ThroughputMeasured,
+        "fit_probe_planned": FitProbePlanned,
+        "fit_probe_decided": FitProbeDecided,
+    }
+)
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
+
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

@@ -213,6 +213,9 @@ class _TopSection(Section):
     notify: list[str] | None = spec(ListOf(Str()), None)  # issue 17: apprise URLs
     #: Start at the fastest config predicted to fit (``core.fit``); false: start as written.
     fit: bool = spec(Bool(), True, nullable=False)
+    #: Each run tries one unmeasured neighbour of the fastest config the known-good store
+    #: measured (``core.throughput``), so the store learns which is faster (issue 15).
+    fit_probe: bool = spec(Bool(), False, nullable=False)
 
 
 # -- issue 14: knob delivery beyond flags, data semantics -------------------------------------
@@ -1745,6 +1748,7 @@ def _build(
         divergence=divergence,
         exit_codes=exit_codes,
         fit=top.fit,
+        fit_probe=top.fit_probe,
     )
 
 

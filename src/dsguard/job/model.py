@@ -309,6 +309,9 @@ class Job:
     #: Start at the fastest config predicted to fit (``dsguard run --no-fit`` or ``fit:
     #: false`` in the job file: start exactly as written).
     fit: bool = True
+    #: ``fit_probe: true``: start at an unmeasured neighbour of the fastest config the
+    #: known-good store measured, so later runs start at the faster of the two (issue 15).
+    fit_probe: bool = False
     exit_codes: ExitCodes = field(default_factory=ExitCodes)
     divergence: DivergencePolicy = field(default_factory=DivergencePolicy)
     #: How the knobs reach a script that does not take HF flags (issue 14).

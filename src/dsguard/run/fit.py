@@ -16,9 +16,18 @@ from typing import Any
 
 from dsguard.core.estimate import Regime, ds_buffers, estimate
 from dsguard.core.evidence import MoveEvidence, parse_oom
-from dsguard.core.fit import FitInputs, FitPlan, KnownOutcome, plan_fit
+from dsguard.core.fit import (
+    Candidate,
+    FitInputs,
+    FitPlan,
+    KnownOutcome,
+    fits,
+    plan_fit,
+    relative_step_time,
+)  # fmt: skip
 from dsguard.core.ladder import PolicyConfig
 from dsguard.core.rungs import RungContext
+from dsguard.core.throughput import ProbeChoice, choose_probe
 from dsguard.host.modelshape import read_model_shape
 from dsguard.job.argv import flag_value
 from dsguard.job.knobs import Knobs
@@ -183,6 +192,9 @@ class FitState:
     #: (``resources.host_memory_limit``) the limit is virtual memory, which RSS understates:
     #: calibrating a CPU estimate on RSS would then shrink it below what fails.
     rss_comparable: bool = True
+    #: ``fit_probe`` is on, and the probe this run started at (None: no probe).
+    probe_enabled: bool = False
+    probe: ProbeChoice | None = None
 
     def predict(self, knobs: Knobs) -> int | None:
         if self.inputs is None:
@@ -195,7 +207,42 @@ class FitState:
                 start, "unknown", None, 0.0, note=f"model shape unknown: {self.unavailable}"
             )
         inputs = dataclasses.replace(self.inputs, scale=self.scale, fresh=fresh)
-        return plan_fit(start, ctx, inputs, self.known())
+        known = self.known()
+        plan = plan_fit(start, ctx, inputs, known)
+        if self.probe_enabled and fresh:
+            return self._with_probe(plan, inputs, known, ctx.min_micro_batch_size)
+        return plan
+
+    def _with_probe(
+        self,
+        plan: FitPlan,
+        inputs: FitInputs,
+        known: Mapping[Knobs, KnownOutcome],
+        min_micro: int,
+    ) -> FitPlan:
+        """``fit_probe``: start at an unmeasured neighbour of the fastest measured config
+        instead (``core.throughput.choose_probe``); the plan unchanged when there is none."""
+        measured = {k: v.samples_per_s for k, v in known.items() if v.fits and v.samples_per_s}
+        failed = {k for k, v in known.items() if not v.fits}
+
+        def predicted_fit(k: Knobs) -> bool:
+            est = estimate(inputs.shape, k, inputs.regime, scale=inputs.scale)
+            return fits(est, inputs.available_bytes, inputs.margin, inputs.host_available_bytes)
+
+        choice = choose_probe(measured, failed, predicted_fit, min_micro=min_micro)
+        if choice is None:
+            return plan
+        self.probe = choice
+        est = estimate(inputs.shape, choice.knobs, inputs.regime, scale=inputs.scale)
+        cand = Candidate(
+            choice.knobs, ("fit_probe",), est,
+            relative_step_time(plan.start, choice.knobs, inputs.regime.device), True,
+        )  # fmt: skip
+        note = (
+            f"probe of the {choice.direction} micro-batch next to the fastest known config "
+            f"({choice.baseline_samples_per_s:.3g} samples/s measured)"
+        )
+        return dataclasses.replace(plan, chosen=cand, source="probe", note=note)
 
     def known(self) -> dict[Knobs, KnownOutcome]:
         """What the store knows of this regime ({} without a usable store)."""
@@ -301,10 +348,13 @@ def start_fit_state(
         got,
         store=store or KnownGoodStore(),
         rss_comparable=job.resources.host_memory_limit_bytes is None,
+        probe_enabled=job.fit_probe,
     )
 
 
-def emit_plan(events: EventLog, plan: FitPlan, job_knobs: Knobs) -> None:
+def emit_plan(
+    events: EventLog, plan: FitPlan, job_knobs: Knobs, probe: ProbeChoice | None = None
+) -> None:
     """``plan_applied`` when the start config was replaced, ``plan_skipped`` with the why."""
     start = plan.start_candidate
     chosen = plan.chosen
@@ -322,9 +372,21 @@ def emit_plan(events: EventLog, plan: FitPlan, job_knobs: Knobs) -> None:
         start_predicted_peak_bytes=start.estimate.peak_bytes,
         available_bytes=plan.available_bytes, margin=plan.margin, device=plan.device,
         relative_step_time=round(chosen.step_time, 3),
-        reason=(
-            f"the start config is predicted not to fit; {plan.note}"
-            if plan.source == "estimate"
-            else f"an earlier run of this regime measured it: {plan.note}"
-        ),
+        reason=_REASONS[plan.source] + plan.note,
     )  # fmt: skip
+    if plan.source == "probe" and probe is not None:
+        events.emit(
+            "fit_probe_planned", knobs=probe.knobs.as_dict(), direction=probe.direction,
+            baseline_knobs=probe.baseline.as_dict(),
+            baseline_samples_per_s=round(probe.baseline_samples_per_s, 4),
+            predicted_peak_bytes=chosen.estimate.peak_bytes,
+            available_bytes=plan.available_bytes,
+        )  # fmt: skip
+
+
+#: The ``plan_applied`` reason's opening, by where the chosen config came from.
+_REASONS: dict[str, str] = {
+    "estimate": "the start config is predicted not to fit; ",
+    "store": "an earlier run of this regime measured it: ",
+    "probe": "fit_probe: the store's speed of this config is unknown; ",
+}

@@ -75,6 +75,7 @@ from dsguard.core.sigkill import (
     rank_killed_in,
 )
 from dsguard.core.states import TERMINAL, RunState
+from dsguard.core.throughput import StepMark, add_mark, step_rate
 from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
 from dsguard.host.cgroup import MemoryCgroup
@@ -91,6 +92,7 @@ from dsguard.protocol import (
     CAP_INIT_FROM,
     CAP_SAVE_AND_STOP,
     CAP_SKIP_BATCHES,
+    Heartbeat,
     format_skip_batches,
 )
 from dsguard.run import checkpoints as ckpts
@@ -254,6 +256,8 @@ class _Current:
     log_failure_noted: bool = False
     #: The loss or grad norm turned NaN/inf (seen while running or after the exit).
     divergence: Divergence | None = None
+    #: Rank 0's step heartbeats seen so far (the trainer's step timestamps: throughput).
+    step_marks: tuple[StepMark, ...] = ()
 
 
 @dataclass
@@ -473,7 +477,7 @@ class Supervisor:
                 packing_source=job.data.source,
             )  # fmt: skip
         if fit_plan is not None:
-            emit_plan(events, fit_plan, job.knobs)
+            emit_plan(events, fit_plan, job.knobs, fit.probe)
         _note_store(events, fit)
         return _Run(
             run_id=run_id, events=events, sm=sm, ledger=ledger, cfg=PolicyConfig.from_job(job),
@@ -849,6 +853,7 @@ class Supervisor:
                 cur.divergence = self._divergence_now(cur)
                 if cur.divergence is not None:
                     return "diverged"
+                self._mark_steps(cur, self.host.heartbeats(self._logs.heartbeat_dir, cur.number))
                 if self._is_hung(run.events, cur, handle):
                     return "hang"
             if now - last_rss >= _RSS_SAMPLE_S:
@@ -1139,6 +1144,7 @@ class Supervisor:
         if cur.report is not None and cur.cmd is not None and self.job.deepspeed is not None:
             self._remove_stale_build_locks(run.events, cur.cmd.env)
         beats = self.host.heartbeats(self._logs.heartbeat_dir, cur.number)
+        self._mark_steps(cur, beats)
         last = max(beats, key=lambda hb: hb.global_step, default=None)
         progressed = False
         if run.ledger.ckpt_dir is not None:
@@ -1165,22 +1171,54 @@ class Supervisor:
             or None,
         )  # fmt: skip
 
+    @staticmethod
+    def _mark_steps(cur: _Current, beats: list[Heartbeat]) -> None:
+        """Keep rank 0's newest step heartbeat as a step mark (``core.throughput``)."""
+        for hb in beats:
+            if hb.rank == 0 and hb.event == "step":
+                cur.step_marks = add_mark(cur.step_marks, StepMark(hb.time_s, hb.global_step))
+
     def _remember(
         self, run: _Run, cur: _Current, obs: Observation, failure: Failure | None
     ) -> None:
         """The attempt's outcome for later runs of the same regime: its config ran out of
-        memory, or succeeded / finished optimizer steps (then with its peak and samples/s
-        over the steps it ran; the rate includes start-up, so it understates a long run's)."""
+        memory, or succeeded / finished optimizer steps (then with its peak and its samples/s
+        between step heartbeats, start-up excluded: ``core.throughput``)."""
         knobs = run.ledger.knobs
         if failure is not None and failure.kind in LADDER_FOR:
             run.fit.remember(knobs, "oom", None, None)
         elif failure is None or (obs.last_step is not None and obs.last_step >= 1):
             peak = obs.gpu_mem_peak_bytes or obs.host_rss_peak_bytes
-            steps = (obs.last_step or 0) - (cur.start_step or 0)
-            batch = knobs.global_batch(self.job.world_size)
-            sps = steps * batch / obs.duration_s if steps > 0 and obs.duration_s > 0 else None
+            sps = self._throughput(run, cur, knobs)
             run.fit.remember(knobs, "fit", peak, sps)
         _note_store(run.events, run.fit)
+
+    def _throughput(self, run: _Run, cur: _Current, knobs: Knobs) -> float | None:
+        """The attempt's samples/s between step heartbeats (None: too few steps seen), and
+        the probe's verdict when this attempt ran the ``fit_probe`` config."""
+        rate = step_rate(cur.step_marks)
+        batch = self._global_batch(run, knobs)
+        if rate is None or batch is None:
+            return None
+        sps = rate.samples_per_s(batch)
+        run.events.emit(
+            "throughput_measured", knobs=knobs.as_dict(), samples_per_s=round(sps, 4),
+            steps_per_s=round(rate.steps_per_s, 4), from_step=rate.from_step,
+            to_step=rate.to_step, span_s=round(rate.span_s, 3),
+            tokens_per_s=None if knobs.max_length is None else round(sps * knobs.max_length, 1),
+        )  # fmt: skip
+        probe = run.fit.probe
+        if probe is not None and knobs == probe.knobs:
+            run.fit.probe = None  # decided once, on the probe's first measured attempt
+            base = probe.baseline_samples_per_s
+            kept = probe.knobs if sps > base else probe.baseline
+            run.events.emit(
+                "fit_probe_decided", probe_knobs=knobs.as_dict(),
+                probe_samples_per_s=round(sps, 4), baseline_knobs=probe.baseline.as_dict(),
+                baseline_samples_per_s=round(base, 4), kept_knobs=kept.as_dict(),
+                speedup=round(sps / base, 4),
+            )  # fmt: skip
+        return sps
 
     @staticmethod
     def _calibrate(run: _Run, obs: Observation, failure: Failure | None) -> None:

@@ -1,0 +1,449 @@
+"""P5 at the issue's scale: 9 budget scenarios over 2 model sizes, replayed on P5's measured
+peaks and throughputs, for four policies side by side (fixed ladder, first fit with a fresh
+store, warm store, warm store with ``fit_probe``).
+
+**What is measured and what is modelled.** Every number this replay uses was measured by P5
+(``bench/p5_results.json``, 2026-11-22, dsguard's reference trainer, fp32 ZeRO-2 on CPU, eager
+attention, ``RLIMIT_AS`` budgets): the peak virtual memory (``VmPeak``) of each micro-batch
+(the largest seen in any run that fitted, or the unlimited profile run), and the median
+samples/s of 3 runs of every config that fits somewhere. Those are properties of the trainer
+and the config, not of dsguard's code, so they still hold for this branch. What is replayed
+is dsguard's *decisions*, with its real pure code (``core.fit.plan_fit``, the estimate, the
+store's fastest-known choice, ``core.throughput.choose_probe``):
+
+* a config *fits* a budget when its measured ``VmPeak`` is below it (P5's allocations are
+  deterministic: same seed, same data; P5's sweep reused cells on that ground);
+* after a memory failure the ladder halves the micro-batch (what P5's runs did every time;
+  the evidence-driven ladder may pick another exact rung, not replayed here);
+* seconds lost = failed attempts x the seconds P5 measured per failed attempt of the same
+  model and length (start-up plus part of step 1: tiny 11.1 s, small L=512 18.4 s, small
+  L=1024 13.3 s) -- modelled, not timed;
+* the throughput of a config is P5's median; the exhaustive sweep's best is the fastest
+  config that fits the budget.
+
+Scenarios A-E are P5's (same budgets, so P5's live HF ``auto_find_batch_size`` runs are
+their HF column); T1, S1, S2, L1 are new budgets placed as P5 placed its budgets (midway
+between the peaks of adjacent micro-batches), covering the halvings P5 did not.
+
+Run: ``python -m bench.p5_scale [--json F]`` (seconds; no training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.p5_fit import CTX, GIB, REGIME, RESULTS, knobs, shape
+from dsguard.core.estimate import estimate
+from dsguard.core.fit import DEFAULT_MARGIN, FitInputs, KnownOutcome, fits, plan_fit
+from dsguard.core.throughput import choose_probe
+from dsguard.job.knobs import Knobs
+from dsguard.job.model import HOST_OOM_RUNGS, OOM_RUNGS
+
+MIB = 2**20
+#: Seconds P5 measured per failed attempt (lost_s / failed attempts), by model and length.
+LOST_PER_FAILURE_S = {("tiny", 2048): (12.06 + 21.36) / 3, ("small", 512): (19.44 + 35.82) / 3,
+                      ("small", 1024): 13.34}  # fmt: skip
+#: Runs of the same job replayed for the probe (each probes at most one config).
+PROBE_RUNS = 6
+
+
+@dataclass(frozen=True)
+class Scn:
+    name: str
+    model: str
+    max_length: int
+    micro: int
+    accum: int
+    budget: int
+    source: str  # "P5" (budget and HF from P5's live runs) or "new"
+
+    @property
+    def family(self) -> tuple[str, int]:
+        return (self.model, self.max_length)
+
+
+def _peaks(data: dict[str, Any]) -> dict[tuple[str, int, int], int]:
+    """(model, max_length, micro) -> VmPeak: the largest seen in the unlimited profile or in
+    any sweep run that fitted (a failed run's VmPeak is only the budget)."""
+    out: dict[tuple[str, int, int], int] = {}
+    for p in data["profile"]:
+        k = (p["model"], p["max_length"], p["micro"])
+        out[k] = max(out.get(k, 0), p["vm_peak"])
+    for s in data["scenarios"]:
+        sc = s["scenario"]
+        for r in s["sweep"]:
+            if r["fits"] and r["vm_peak"]:
+                k = (sc["model"], sc["max_length"], r["micro"])
+                out[k] = max(out.get(k, 0), r["vm_peak"])
+    return out
+
+
+def _rates(data: dict[str, Any]) -> dict[tuple[str, int, int], float]:
+    return {
+        (c["model"], c["max_length"], c["micro"]): c["median_wall"]
+        for c in data["throughput"]["configs"].values()
+    }
+
+
+def scenarios(data: dict[str, Any], peaks: dict[tuple[str, int, int], int]) -> list[Scn]:
+    out = [
+        Scn(s["scenario"]["name"], s["scenario"]["model"], s["scenario"]["max_length"],
+            s["scenario"]["micro"], s["scenario"]["accum"], s["budget"], "P5")
+        for s in data["scenarios"]
+    ]  # fmt: skip
+
+    def mid(model: str, length: int, fit: int) -> int:
+        a, b = peaks[(model, length, fit)], peaks[(model, length, fit * 2)]
+        return (a + (b - a) // 2) // MIB * MIB
+
+    out += [
+        Scn("T1", "tiny", 2048, 8, 1, mid("tiny", 2048, 1), "new"),
+        Scn("S1", "small", 512, 16, 1, mid("small", 512, 1), "new"),
+        Scn("S2", "small", 512, 16, 1, mid("small", 512, 2), "new"),
+        Scn("L1", "small", 1024, 4, 2, mid("small", 1024, 1), "new"),
+    ]
+    return out
+
+
+def _fits(sc: Scn, k: Knobs, peaks: dict[tuple[str, int, int], int]) -> bool:
+    return peaks[(sc.model, sc.max_length, k.micro_batch_size)] <= sc.budget
+
+
+def _halve_until_fit(
+    sc: Scn, k: Knobs, peaks: dict[tuple[str, int, int], int]
+) -> tuple[Knobs, list[Knobs]]:
+    """The fixed micro-batch ladder from ``k``: (the config that fits, the ones that failed)."""
+    failed: list[Knobs] = []
+    while not _fits(sc, k, peaks):
+        failed.append(k)
+        per = k.micro_batch_size * k.gradient_accumulation_steps
+        k = k.replace(micro_batch_size=k.micro_batch_size // 2,
+                      gradient_accumulation_steps=per // (k.micro_batch_size // 2))  # fmt: skip
+    return k, failed
+
+
+def _inputs(sc: Scn) -> FitInputs:
+    return FitInputs(shape(sc.model), REGIME, sc.budget, rungs=(*OOM_RUNGS, *HOST_OOM_RUNGS))
+
+
+def _label(k: Knobs) -> str:
+    return f"{k.micro_batch_size}x{k.gradient_accumulation_steps}"
+
+
+def replay_scenario(
+    sc: Scn, peaks: dict[tuple[str, int, int], int], rates: dict[tuple[str, int, int], float]
+) -> dict[str, Any]:
+    start = knobs(sc.max_length, sc.micro, sc.accum)
+    rate = {m: r for (mo, le, m), r in rates.items() if (mo, le) == sc.family}
+    fitting = [m for m in rate if peaks[(sc.model, sc.max_length, m)] <= sc.budget]
+    best_micro = max(fitting, key=lambda m: rate[m])
+    best = rate[best_micro]
+    cost = LOST_PER_FAILURE_S[sc.family]
+
+    ladder_final, ladder_failed = _halve_until_fit(sc, start, peaks)
+    inputs = _inputs(sc)
+    plan = plan_fit(start, CTX, inputs)
+    planned = plan.chosen.knobs if plan.chosen is not None else start
+    fresh_final, fresh_failed = _halve_until_fit(sc, planned, peaks)
+
+    # The store after the fresh run: its failures and its final config's measured rate.
+    known: dict[Knobs, KnownOutcome] = {k: KnownOutcome(False) for k in fresh_failed}
+    known[fresh_final] = KnownOutcome(True, rate[fresh_final.micro_batch_size])
+    warm = plan_fit(start, CTX, inputs, known)
+    warm_start = warm.chosen.knobs if warm.chosen is not None else start
+    warm_final, warm_failed = _halve_until_fit(sc, warm_start, peaks)
+
+    probe = _probe_runs(sc, start, inputs, dict(known), peaks=peaks, rate=rate)
+    return {
+        "scenario": sc.name, "source": sc.source, "model": sc.model,
+        "max_length": sc.max_length, "start": _label(start), "budget": sc.budget,
+        "largest_fitting": _label(ladder_final),
+        "best": f"{best_micro}x{sc.micro * sc.accum // best_micro}",
+        "best_samples_per_s": best,
+        "ladder": {"failed": len(ladder_failed), "lost_s": round(len(ladder_failed) * cost, 1),
+                   "final": _label(ladder_final),
+                   "of_best": rate[ladder_final.micro_batch_size] / best},
+        "fresh": {"planned": _label(planned), "plan_note": plan.note,
+                  "failed": len(fresh_failed), "lost_s": round(len(fresh_failed) * cost, 1),
+                  "final": _label(fresh_final),
+                  "of_best": rate[fresh_final.micro_batch_size] / best},
+        "warm": {"source": warm.source, "failed": len(warm_failed), "final": _label(warm_final),
+                 "lost_s": round(len(warm_failed) * cost, 1),
+                 "of_best": rate[warm_final.micro_batch_size] / best},
+        "probe": probe | {"of_best": probe["final_rate"] / best,
+                          "lost_s": round(probe["failed"] * cost, 1),
+                          "probe_runs_of_best": [round(x / best, 3) for x in probe["probe_rates"]]},
+    }  # fmt: skip
+
+
+def _probe_runs(
+    sc: Scn, start: Knobs, inputs: FitInputs, known: dict[Knobs, KnownOutcome], *,
+    peaks: dict[tuple[str, int, int], int], rate: dict[int, float],
+) -> dict[str, Any]:  # fmt: skip
+    """Runs 2.. of the same job with ``fit_probe: true`` (run/fit.py's ``_with_probe``):
+    each starts at the probe, or at the fastest known config once nothing is left to probe."""
+    runs: list[str] = []
+    probe_rates: list[float] = []
+    failed = 0
+    for _ in range(PROBE_RUNS):
+        measured = {k: v.samples_per_s for k, v in known.items() if v.fits and v.samples_per_s}
+        bad = {k for k, v in known.items() if not v.fits}
+
+        def predicted(k: Knobs) -> bool:
+            est = estimate(inputs.shape, k, inputs.regime)
+            return fits(est, inputs.available_bytes, DEFAULT_MARGIN, None)
+
+        choice = choose_probe(measured, bad, predicted)
+        if choice is None:
+            break
+        final, oom = _halve_until_fit(sc, choice.knobs, peaks)
+        failed += len(oom)
+        for k in oom:
+            known[k] = KnownOutcome(False)
+        r = rate.get(final.micro_batch_size)
+        known[final] = KnownOutcome(True, r)
+        runs.append(f"{_label(choice.knobs)}{' (oom)' if oom else ''}")
+        probe_rates.append(r or 0.0)
+    plan = plan_fit(start, CTX, inputs, known)
+    final = plan.chosen.knobs if plan.chosen is not None else start
+    return {"probes": runs, "failed": failed, "final": _label(final),
+            "final_rate": rate[final.micro_batch_size], "probe_rates": probe_rates}  # fmt: skip
+
+
+def hf_column(data: dict[str, Any]) -> dict[str, str]:
+    """P5's live HF ``auto_find_batch_size`` runs (scenarios A-E only)."""
+    out = {}
+    for s in data["scenarios"]:
+        hf, plain = s.get("hf") or {}, s.get("hf_plain")
+        txt = f"{hf.get('tries')} tries, " + (
+            f"micro {hf.get('final_micro')} (global {hf.get('global_batch_final')})"
+            if hf.get("ok")
+            else "no size found"
+        )
+        if plain:
+            txt += f"; no DS: {plain.get('tries')} tries, micro {plain.get('final_micro')}"
+        out[s["scenario"]["name"]] = txt
+    return out
+
+
+def run(quick: bool = True) -> dict[str, Any]:
+    data = json.loads(RESULTS.read_text())
+    peaks, rates = _peaks(data), _rates(data)
+    rows = [replay_scenario(sc, peaks, rates) for sc in scenarios(data, peaks)]
+    hf = hf_column(data)
+    for r in rows:
+        r["hf"] = hf.get(r["scenario"], "not run")
+
+    def mean(policy: str, key: str) -> float:
+        return statistics.mean(r[policy][key] for r in rows)
+
+    summary = {
+        p: {"mean_failed": mean(p, "failed"), "mean_lost_s": mean(p, "lost_s"),
+            "min_of_best": min(r[p]["of_best"] for r in rows),
+            "median_of_best": statistics.median(r[p]["of_best"] for r in rows)}
+        for p in ("ladder", "fresh", "warm", "probe")
+    }  # fmt: skip
+    errors = []
+    for (model, length, micro), peak in sorted(peaks.items()):
+        global_batch = {("tiny", 2048): 8, ("small", 512): 16, ("small", 1024): 8}[(model, length)]
+        k = knobs(length, micro, global_batch // micro)
+        predicted = estimate(shape(model), k, REGIME).host_peak_bytes
+        errors.append(
+            {
+                "model": model,
+                "max_length": length,
+                "micro": micro,
+                "vm_peak": peak,
+                "predicted": predicted,
+                "error_pct": 100 * (predicted - peak) / peak,
+            }
+        )
+    abs_err = [abs(e["error_pct"]) for e in errors]
+    return {
+        "rows": rows, "summary": summary, "errors": errors,
+        "median_abs_error_pct": statistics.median(abs_err), "worst_abs_error_pct": max(abs_err),
+    }  # fmt: skip
+
+
+def markdown(rep: dict[str, Any]) -> str:
+    lines = [
+        "| scenario | start | budget GiB | largest fitting | sweep best (samples/s) | fixed "
+        "ladder: failed / lost s / final (of best) | first fit, fresh store: planned -> "
+        "final, failed / lost s (of best) | warm store: start, failed (of best) | "
+        "fit_probe runs: probes -> start (of best), failed | HF auto_find_batch_size (P5) |",
+        "|---|---|---:|---|---|---|---|---|---|---|",
+    ]
+    for r in rep["rows"]:
+        lad, fr, wa, pr = r["ladder"], r["fresh"], r["warm"], r["probe"]
+        lines.append(
+            f"| {r['scenario']} ({r['model']} L={r['max_length']}) | {r['start']} | "
+            f"{r['budget'] / GIB:.2f} | {r['largest_fitting']} | {r['best']} "
+            f"({r['best_samples_per_s']:.2f}) | {lad['failed']} / {lad['lost_s']} / "
+            f"{lad['final']} ({lad['of_best']:.2f}) | {fr['planned']} -> {fr['final']}, "
+            f"{fr['failed']} / {fr['lost_s']} ({fr['of_best']:.2f}) | {wa['final']} "
+            f"({wa['source']}), {wa['failed']} ({wa['of_best']:.2f}) | "
+            f"{', '.join(pr['probes']) or '-'} -> {pr['final']} ({pr['of_best']:.2f}), "
+            f"{pr['failed']} | {r['hf']} |"
+        )
+    lines += [
+        "",
+        f"Estimator error on every measured VmPeak ({len(rep['errors'])} configs): median "
+        f"|error| {rep['median_abs_error_pct']:.1f} %, worst {rep['worst_abs_error_pct']:.1f} %.",
+        "",
+        "| model | max_length | micro | measured VmPeak GiB | predicted GiB | error |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for e in rep["errors"]:
+        lines.append(f"| {e['model']} | {e['max_length']} | {e['micro']} | "
+                     f"{e['vm_peak'] / GIB:.2f} | {e['predicted'] / GIB:.2f} | "
+                     f"{e['error_pct']:+.1f} % |")  # fmt: skip
+    lines += ["", "| policy | mean failed attempts | mean s lost | throughput / sweep best: "
+              "median | worst |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    names = {
+        "ladder": "fixed ladder (fit off)",
+        "fresh": "first fit, fresh store",
+        "warm": "warm store (no probe)",
+        "probe": "warm store after fit_probe runs",
+    }
+    for p, s in rep["summary"].items():
+        lines.append(f"| {names[p]} | {s['mean_failed']:.2f} | {s['mean_lost_s']:.1f} | "
+                     f"{s['median_of_best']:.2f} | "
+                     f"{s['min_of_best']:.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n" + live_markdown(rep.get("live", []))
+
+
+def live_markdown(rows: list[dict[str, Any]]) -> str:
+    """The ``--live`` runs: dsguard fresh, dsguard ``fit_probe`` on the warm store, HF."""
+    if not rows:
+        return ""
+    lines = [
+        "",
+        "| scenario | dsguard run | plan | attempts | failed | lost s | final | samples/s "
+        "(P5 trace, steps 1-4) | throughput_measured (heartbeats) | probe events |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for r in rows:
+        for phase in ("fresh", "probe"):
+            g = r[phase]
+            k = g["final_knobs"] or {}
+            tm = ", ".join(f"{t['samples_per_s']:.2f}" for t in g["throughput_measured"])
+            pe = ", ".join(e["event"] for e in g["probe_events"]) or "-"
+            sps = g["samples_per_s"]
+            lines.append(
+                f"| {r['scenario']} | {'fresh store' if phase == 'fresh' else 'fit_probe, warm'} "
+                f"| {g['plan']} ({g['plan_source']}) | {g['attempts']} | "
+                f"{g['failed_attempts']} | {g['lost_s']} | "
+                f"{k.get('micro_batch_size')}x{k.get('gradient_accumulation_steps')} | "
+                f"{'-' if sps is None else f'{sps:.2f}'} | {tm or '-'} | {pe} |"
+            )
+    lines += [
+        "",
+        "| scenario | HF auto_find_batch_size | tries (global batch per try) | "
+        "final global batch | first step s | samples/s |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        for key, what in (("hf", "with DeepSpeed"), ("hf_plain", "without DeepSpeed")):
+            h = r.get(key)
+            if not h:
+                continue
+            sps, first = h["samples_per_s"], h["first_step_s"]
+            lines.append(
+                f"| {r['scenario']} | {what}: {'ok' if h['ok'] else 'no size found'} | "
+                f"{h['tries']} ({','.join(str(b) for b in h['total_batches'])}) | "
+                f"{h['global_batch_final'] or '-'} | "
+                f"{'-' if first is None else f'{first:.0f}'} | "
+                f"{'-' if sps is None else f'{sps:.2f}'} |"
+            )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def live(rows: list[dict[str, Any]], only: set[str], tmp: Path) -> list[dict[str, Any]]:
+    """The new scenarios for real: ``dsguard run`` with a fresh store, then again with
+    ``fit_probe: true`` on the store it filled; HF ``auto_find_batch_size`` under the same
+    budget (with DeepSpeed, and without when that finds no size, as P5 did)."""
+    from bench import p5_fit
+    from bench import p5_healing as p5
+    from bench.common import read_jsonl
+
+    out = []
+    original_job = p5.write_p5_job
+    for r in rows:
+        if r["scenario"] not in only:
+            continue
+        start_micro, start_accum = (int(x) for x in r["start"].split("x"))
+        sc = p5.Scenario(r["scenario"], r["model"], r["max_length"], start_micro, start_accum,
+                         int(r["largest_fitting"].split("x")[0]))  # fmt: skip
+        store = tmp / f"{sc.name}-store.sqlite"
+        model_json = tmp / f"{sc.model}.json"
+        model_json.write_text(json.dumps(p5_fit.PRESET_SHAPES[sc.model]))
+        res: dict[str, Any] = {"scenario": sc.name}
+        for phase in ("fresh", "probe"):
+
+            def job(sc_: Any, steps: int, budget: int, work: Path, _p: str = phase) -> Path:
+                path: Path = original_job(sc_, steps, budget, work)
+                if _p == "probe":
+                    path.write_text(path.read_text() + "fit_probe: true\n")
+                return path
+
+            p5.write_p5_job = job
+            try:
+                work = tmp / f"{sc.name}-{phase}"
+                got = p5_fit._dsguard(p5, sc, r["budget"], work, model_json=model_json,
+                                      store=store)  # fmt: skip
+            finally:
+                p5.write_p5_job = original_job
+            events = read_jsonl(work / f"{sc.name}-dsguard" / "runs" / "events.jsonl")
+            got["throughput_measured"] = [
+                {k: e.get(k) for k in ("knobs", "samples_per_s", "from_step", "to_step")}
+                for e in events if e["event"] == "throughput_measured"
+            ]  # fmt: skip
+            got["probe_events"] = [e for e in events if e["event"].startswith("fit_probe")]
+            res[phase] = got
+        auto = ["--auto_find_batch_size", "true", "--log_level", "info"]
+        hf = p5.direct(sc, sc.micro, sc.accum, steps=p5.STEPS, budget=r["budget"], tmp=tmp,
+                       label=f"{sc.name}-hf-auto", extra=auto)  # fmt: skip
+        res["hf"] = p5.hf_summary(hf, sc, deepspeed=True)
+        if not hf.ok:
+            hf = p5.direct(sc, sc.micro, sc.accum, steps=p5.STEPS, budget=r["budget"],
+                           tmp=tmp, label=f"{sc.name}-hf-auto-plain", extra=auto,
+                           deepspeed=False)  # fmt: skip
+            res["hf_plain"] = p5.hf_summary(hf, sc, deepspeed=False)
+        for k in ("hf", "hf_plain"):
+            if k in res:
+                res[k].pop("log", None)
+        out.append(res)
+        print(json.dumps(res, default=str)[:2000], file=sys.stderr, flush=True)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--json")
+    parser.add_argument("--live", help="scenario names to run for real, e.g. T1,S1,S2,L1")
+    parser.add_argument("--from-json", help="print the report of an earlier --json")
+    ns = parser.parse_args(argv)
+    if ns.from_json:
+        sys.stdout.write(markdown(json.loads(Path(ns.from_json).read_text())))
+        return 0
+    rep = run()
+    if ns.live:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="p5scale-") as tmp:
+            rep["live"] = live(rep["rows"], set(ns.live.split(",")), Path(tmp))
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(rep, indent=2))
+    sys.stdout.write(markdown(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
