@@ -242,7 +242,7 @@ def run(quick: bool = True) -> dict[str, Any]:
         r["hf"] = hf.get(r["scenario"], "not run")
 
     def mean(policy: str, key: str) -> float:
-        return statistics.mean(r[policy][key] for r in rows)
+        return float(statistics.mean(r[policy][key] for r in rows))
 
     summary = {
         p: {"mean_failed": mean(p, "failed"), "mean_lost_s": mean(p, "lost_s"),
@@ -250,7 +250,7 @@ def run(quick: bool = True) -> dict[str, Any]:
             "median_of_best": statistics.median(r[p]["of_best"] for r in rows)}
         for p in ("ladder", "fresh", "warm", "probe")
     }  # fmt: skip
-    errors = []
+    errors: list[dict[str, Any]] = []
     for (model, length, micro), peak in sorted(peaks.items()):
         global_batch = {("tiny", 2048): 8, ("small", 512): 16, ("small", 1024): 8}[(model, length)]
         k = knobs(length, micro, global_batch // micro)
@@ -265,7 +265,7 @@ def run(quick: bool = True) -> dict[str, Any]:
                 "error_pct": 100 * (predicted - peak) / peak,
             }
         )
-    abs_err = [abs(e["error_pct"]) for e in errors]
+    abs_err = [abs(float(e["error_pct"])) for e in errors]
     return {
         "rows": rows, "summary": summary, "errors": errors,
         "median_abs_error_pct": statistics.median(abs_err), "worst_abs_error_pct": max(abs_err),
@@ -393,7 +393,7 @@ def live(rows: list[dict[str, Any]], only: set[str], tmp: Path) -> list[dict[str
                     path.write_text(path.read_text() + "fit_probe: true\n")
                 return path
 
-            p5.write_p5_job = job
+            p5.write_p5_job = job  # type: ignore[assignment]
             try:
                 work = tmp / f"{sc.name}-{phase}"
                 got = p5_fit._dsguard(p5, sc, r["budget"], work, model_json=model_json,
