@@ -165,6 +165,29 @@ def test_the_same_allocation_at_three_micro_batches_is_not_the_batch() -> None:
     assert again is not None and again.move.knobs.micro_batch_size == 2
 
 
+def test_a_size_that_survived_smaller_buckets_does_not_take_ds_buckets_again() -> None:
+    """The same allocation failed at micro 4, 2 and 1 after the buckets were already halved,
+    and it is not a bucket's size: smaller buffers cannot free it, so ds_buckets is not taken
+    again (it was, 6 times in a row, in a live warm-store run at micro 1)."""
+    k = Knobs(1, 8, max_length=1024, zero_stage=2, ds_bucket_divisor=2)
+    ev = MoveEvidence(
+        figures=OomFigures(tried_bytes=123_456_789),
+        earlier=((4, 123_456_789), (2, 123_456_789)),
+        bucket_bytes=(100_000_000,),
+    )
+    assert buffer_bound(k, ev) is None
+    choice = choose_move(("micro_batch", "gradient_checkpointing", "ds_buckets"), k, CTX, ev)
+    assert choice is not None and choice.move.knobs.gradient_checkpointing
+    assert choice.move.knobs.ds_bucket_divisor == 2
+    # The buffer's own size failing again is still the buffer: halving it again can help.
+    bucket = MoveEvidence(
+        figures=OomFigures(tried_bytes=100_000_000),
+        earlier=((2, 100_000_000),),
+        bucket_bytes=(100_000_000,),
+    )
+    assert "DeepSpeed buffer" in (buffer_bound(k, bucket) or "")
+
+
 def test_exact_moves_come_before_max_length_and_lora() -> None:
     """The default ladder lists max_length before zero3; the evidence path takes zero3 (exact)
     once the micro-batch and checkpointing are spent, and LoRA/max_length only at the end."""

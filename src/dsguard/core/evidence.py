@@ -140,7 +140,10 @@ def buffer_bound(knobs: Knobs, ev: MoveEvidence) -> str | None:
             f"the failing allocation ({tried} bytes) is a DeepSpeed buffer's size, at "
             f"micro-batches {at}"
         )
-    if len(micros) >= SAME_SIZE_REPEATS - 1:
+    if len(micros) >= SAME_SIZE_REPEATS - 1 and knobs.ds_bucket_divisor == 1:
+        # Once the buckets were shrunk (divisor > 1) and the same size still fails without
+        # being a bucket's size, it scales with neither the batch nor the buffers: shrinking
+        # the buffers again cannot free it (a live run halved them 6 times at micro 1).
         return (
             f"the same {tried}-byte allocation failed at micro-batches {at}: it does not "
             "scale with the batch"
