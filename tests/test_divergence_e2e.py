@@ -19,15 +19,9 @@ pytest.importorskip("transformers")
 
 from tests.conftest import RunResult, dsguard_cmd
 from tests.test_train_reference import RUN_TIMEOUT_S, argv, trainer_env
+from tests.test_train_supervised import OWNED
 
 pytestmark = [pytest.mark.train, pytest.mark.e2e]
-
-OWNED = {
-    "per_device_train_batch_size": None,
-    "output_dir": None,
-    "model_max_length": None,
-    "dataloader_pin_memory": None,
-}
 
 
 def test_nan_at_step_5_is_rolled_back_to_checkpoint_3(tmp_path: Path) -> None:

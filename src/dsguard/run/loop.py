@@ -850,10 +850,12 @@ class Supervisor:
                 last_check = now
                 self._check_log_dir(run)
                 self._check_world(run, cur, handle)
-                cur.divergence = self._divergence_now(cur)
+                # One read of the heartbeat files per check, for both of its readers.
+                beats = self.host.heartbeats(self._logs.heartbeat_dir, cur.number)
+                cur.divergence = self._divergence_now(cur, beats)
                 if cur.divergence is not None:
                     return "diverged"
-                self._mark_steps(cur, self.host.heartbeats(self._logs.heartbeat_dir, cur.number))
+                self._mark_steps(cur, beats)
                 if self._is_hung(run.events, cur, handle):
                     return "hang"
             if now - last_rss >= _RSS_SAMPLE_S:
@@ -999,7 +1001,9 @@ class Supervisor:
         if obs.ended_by == "stop":
             return self._stopped()
         # A diverged attempt may have exited 0 on its own: it never succeeded.
-        div = cur.divergence or self._divergence_now(cur)
+        div = cur.divergence or self._divergence_now(
+            cur, self.host.heartbeats(self._logs.heartbeat_dir, cur.number)
+        )
         if div is not None:
             return self._conclude_diverged(run, cur, obs, div)
         failure = verdict(obs)
@@ -1047,10 +1051,11 @@ class Supervisor:
         run.last_kind = failure.kind
         return self._apply(run, cur, failure, decision)
 
-    def _divergence_now(self, cur: _Current) -> Divergence | None:
-        """The loss or grad norm turned NaN/inf: a heartbeat says so (with the first step), or
-        the output shows NaN/inf divergence lines (the step is then the last heartbeat's)."""
-        beats = self.host.heartbeats(self._logs.heartbeat_dir, cur.number)
+    @staticmethod
+    def _divergence_now(cur: _Current, beats: list[Heartbeat]) -> Divergence | None:
+        """The loss or grad norm turned NaN/inf: a heartbeat (of ``beats``, the attempt's)
+        says so (with the first step), or the output shows NaN/inf divergence lines (the step
+        is then the last heartbeat's)."""
         marked = [hb for hb in beats if hb.nonfinite is not None or nonfinite(hb.loss)]
         if marked:
             hb = min(marked, key=lambda b: b.global_step if b.nonfinite_step is None
