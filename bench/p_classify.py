@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO_ROOT
-from dsguard.core.classify import StreamClassifier, classify, decode_exit
+from dsguard.core.classify import StreamClassifier, classify_saved, decode_exit
 
 CORPUS = REPO_ROOT / "tests" / "data" / "corpus"
 GPUALERT = REPO_ROOT / "tests" / "data" / "external" / "gpualert"
@@ -126,7 +126,7 @@ def judge_case(case: Case) -> Verdict:
     for i in range(0, len(case.text), step):
         fatal += [ev.text for ev in sc.feed(case.text[i : i + step]) if ev.fatal]
     fatal += [ev.text for ev in sc.close() if ev.fatal]
-    failure = classify(sc.evidence, decode_exit(case.exit_code), hang=case.label == "hang")
+    failure = classify_saved(sc.evidence, decode_exit(case.exit_code), hang=case.label == "hang")
     return Verdict("success" if failure is None else failure.kind.value, tuple(fatal))
 
 

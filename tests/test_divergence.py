@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
+from dsguard.core.classify import FailureKind, classify_text, nonfinite_text
 from dsguard.core.divergence import (
     Divergence,
     Rollback,
     StopRun,
     decide_divergence,
-    nonfinite_text,
     skip_window,
 )
 from dsguard.errors import JobFileError
@@ -70,6 +70,21 @@ def test_nonfinite_lines_and_the_skip_env_format() -> None:
     assert not nonfinite_text("Current loss scale already at minimum - cannot decrease scale")
     assert parse_skip_batches("5:8, 20:21,bad,9:3") == ((5, 8), (20, 21))
     assert skipped(6, ((5, 8),)) and not skipped(9, ((5, 8),))
+
+
+def test_a_saved_log_that_exits_0_after_diverging_is_not_a_success() -> None:
+    """What the live loop stops on (a NaN repeated at the logging steps) also decides a saved
+    or finished log: ``dsguard explain`` on a run that trained to the end on NaN weights and
+    exited 0 says loss_divergence, and one mention of NaN at exit 0 stays a success."""
+    steps = "".join(
+        f"{{'loss': {v}, 'grad_norm': {g}, 'learning_rate': 1e-05, 'epoch': 0.{i}}}\n"
+        for i, (v, g) in enumerate([("2.31", "1.9"), ("nan", "nan"), ("nan", "nan")])
+    )
+    failure = classify_text("***** Running training *****\n" + steps, 0)
+    assert failure is not None and failure.kind is FailureKind.LOSS_DIVERGENCE
+    assert failure.exit.raw == 0 and "nan" in failure.evidence[0]
+    tip = "tip: if you see 'loss: nan', lower the learning rate\n"
+    assert classify_text("step 1 loss 2.3\n" + tip + "step 2 loss 2.1\n", 0) is None
 
 
 # -- the job file -------------------------------------------------------------------------------

@@ -43,8 +43,11 @@ __all__ = [
     "FailureKind",
     "StreamClassifier",
     "classify",
+    "classify_saved",
     "classify_text",
     "decode_exit",
+    "diverged_lines",
+    "nonfinite_text",
     "rank_exit_from_text",
 ]
 
@@ -1181,15 +1184,66 @@ def _pick_lines(lead: list[Evidence], others: list[Evidence]) -> tuple[str, ...]
     return tuple((lead_texts[:head] + other_texts + lead_texts[head:])[:_MAX_FAILURE_LINES])
 
 
+_NONFINITE_TEXT = re.compile(r"\b(?:nan|NaN|NAN|inf|Inf|INF)\b|FloatingPointError|non-?finite")
+
+
+def nonfinite_text(line: str) -> bool:
+    """A divergence evidence line that names a NaN/inf value (not the fp16 loss-scale
+    collapse, which has its own remedy: bf16)."""
+    return bool(_NONFINITE_TEXT.search(line))
+
+
+def diverged_lines(evidence: Sequence[Evidence]) -> list[Evidence]:
+    """The output's NaN/inf divergence lines when they show the run diverged, else [].
+
+    A diverged run repeats its NaN at every logging step and may still exit 0 (HF ``Trainer``
+    logs ``'loss': nan`` and goes on), so two such lines, or one that is the exception itself,
+    mean the run failed whatever its exit status. One line that is not the exception may be a
+    mention (a tip, an echo of an old log) and means nothing. The live loop stops an attempt
+    on this rule; :func:`classify_saved` applies it to a finished or saved log.
+    """
+    lines = [
+        ev for ev in evidence
+        if ev.kind is FailureKind.LOSS_DIVERGENCE and nonfinite_text(ev.text)
+    ]  # fmt: skip
+    return lines if lines and (len(lines) >= 2 or lines[0].fatal) else []
+
+
+def classify_saved(
+    evidence: Sequence[Evidence],
+    exit: ExitStatus,
+    *,
+    host_oom_confirmed: bool | None = None,
+    hang: bool = False,
+) -> Failure | None:
+    """``classify``, plus what the live loop would have seen while the run went on: a run whose
+    output shows it diverged (:func:`diverged_lines`) failed even if it exited 0. Without this,
+    a saved log of a run that trained on NaN weights to the end reads as a success."""
+    failure = classify(evidence, exit, host_oom_confirmed=host_oom_confirmed, hang=hang)
+    if failure is not None:
+        return failure
+    lines = diverged_lines(evidence)
+    if not lines:
+        return None
+    return Failure(
+        kind=FailureKind.LOSS_DIVERGENCE, rank=lines[0].rank,
+        evidence=tuple(dict.fromkeys(ev.text for ev in lines))[:_MAX_FAILURE_LINES],
+        exit=exit, retry_helps=_retry_helps(FailureKind.LOSS_DIVERGENCE, lines),
+    )  # fmt: skip
+
+
 def classify_text(
     text: str, exit_code: int | None, *, host_oom_confirmed: bool | None = None
 ) -> Failure | None:
     """Convenience for ``dsguard explain`` and tests.
 
-    Runs a StreamClassifier over the whole text, then ``classify`` with the decoded exit code.
-    A saved log carries no live evidence, so a SIGKILL is a *probable* host OOM by default.
+    Runs a StreamClassifier over the whole text, then ``classify_saved`` with the decoded exit
+    code. A saved log carries no live evidence, so a SIGKILL is a *probable* host OOM by
+    default.
     """
     sc = StreamClassifier()
     sc.feed(text)
     sc.close()
-    return classify(sc.evidence, decode_exit(exit_code), host_oom_confirmed=host_oom_confirmed)
+    return classify_saved(
+        sc.evidence, decode_exit(exit_code), host_oom_confirmed=host_oom_confirmed
+    )

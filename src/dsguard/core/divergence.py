@@ -18,7 +18,6 @@ Pure: the loop sets aside the checkpoints at or after the onset and resumes from
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from dsguard.job.model import DivergencePolicy
@@ -29,7 +28,6 @@ __all__ = [
     "StopRun",
     "decide_divergence",
     "nonfinite",
-    "nonfinite_text",
     "skip_window",
 ]
 
@@ -60,15 +58,6 @@ class Rollback:
 @dataclass(frozen=True, slots=True)
 class StopRun:
     reason: str
-
-
-_NONFINITE_TEXT = re.compile(r"\b(?:nan|NaN|NAN|inf|Inf|INF)\b|FloatingPointError|non-?finite")
-
-
-def nonfinite_text(line: str) -> bool:
-    """A divergence evidence line that names a NaN/inf value (not the fp16 loss-scale
-    collapse, which has its own remedy: bf16)."""
-    return bool(_NONFINITE_TEXT.search(line))
 
 
 def skip_window(onset: int, resume_step: int | None, n: int) -> tuple[int, int] | None:

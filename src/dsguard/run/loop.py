@@ -33,13 +33,19 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO, cast
 
 from dsguard import __version__
-from dsguard.core.classify import Evidence, Failure, FailureKind, StreamClassifier, decode_exit
+from dsguard.core.classify import (
+    Evidence,
+    Failure,
+    FailureKind,
+    StreamClassifier,
+    decode_exit,
+    diverged_lines,
+)
 from dsguard.core.divergence import (
     Divergence,
     Rollback,
     decide_divergence,
     nonfinite,
-    nonfinite_text,
     skip_window,
 )
 from dsguard.core.evidence import MoveEvidence
@@ -1062,13 +1068,8 @@ class Supervisor:
                      else b.nonfinite_step)  # fmt: skip
             step = hb.global_step if hb.nonfinite_step is None else hb.nonfinite_step
             return Divergence(step, hb.nonfinite or "loss", "heartbeat")
-        lines = [
-            ev for ev in cur.classifier.evidence
-            if ev.kind is FailureKind.LOSS_DIVERGENCE and nonfinite_text(ev.text)
-        ]  # fmt: skip
-        # One line that is not the exception itself may be a mention (a tip, an echo of an
-        # old log): a diverged run repeats its NaN at every logging step.
-        if lines and (len(lines) >= 2 or lines[0].fatal):
+        lines = diverged_lines(cur.classifier.evidence)
+        if lines:
             last = max((hb.global_step for hb in beats), default=None)
             return Divergence(last, f"output line {lines[0].text[:200]!r}", "output")
         return None
