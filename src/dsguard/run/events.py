@@ -101,11 +101,43 @@ def is_secret_name(name: str) -> bool:
     return _SECRET_NAME.search(name.lstrip("-").replace("-", "_")) is not None
 
 
+#: ``HF_TOKEN=...``, ``WANDB_API_KEY=...`` as a shell or a wrapper echoes an environment.
+_ENV_EQ = re.compile(r"\b([A-Z][A-Z0-9_]*=)(\S+)")
+#: Cheap test before the substitutions: every redaction above needs one of these words.
+_MAYBE_SECRET = re.compile(r"token|key|secret|passw|hf_", re.IGNORECASE)
+
+
 def _redact_text(text: str) -> str:
+    if _MAYBE_SECRET.search(text) is None:
+        return text
     text = _FLAG_EQ.sub(
         lambda m: m.group(1) + REDACTED if is_secret_name(m.group(2)) else m[0], text
     )
+    text = _ENV_EQ.sub(
+        lambda m: m.group(1) + REDACTED if is_secret_name(m.group(1)[:-1]) else m[0], text
+    )
     return _HF_TOKEN.sub(REDACTED, text)
+
+
+#: Output bytes without any of these (lower-cased) cannot hold what the rules redact.
+_SECRET_WORDS = (b"hf_", b"token=", b"key=", b"secret", b"passw")
+
+
+def redact_output(data: bytes) -> bytes:
+    """Child output with credentials replaced, for the attempt log and the console echo.
+
+    A training script that prints its arguments or environment (``--hub_token=hf_...``,
+    ``HF_TOKEN=...``, a wrapper's ``env`` dump) would otherwise put the token in
+    ``attempt-N.log``, which is attached to bug reports like the event log. Latin-1 maps
+    every byte to one character and back, so any encoding (or none) survives unchanged
+    outside the redacted spans: the rules match ASCII only.
+    """
+    low = data.lower()  # ~1 ms per MiB; the five scans below cost about the same each
+    if not any(word in low for word in _SECRET_WORDS):
+        return data  # nearly every read: the pump's cost stays in the classifier (bench P3)
+    text = data.decode("latin-1")
+    out = _redact_text(text)
+    return data if out == text else out.encode("latin-1")
 
 
 def redact(obj: Any) -> Any:

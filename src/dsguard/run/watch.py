@@ -20,6 +20,7 @@ from typing import BinaryIO
 
 from dsguard.core.classify import Evidence, StreamClassifier
 from dsguard.core.events import LogWriteFailed
+from dsguard.run.events import redact_output
 from dsguard.run.safefs import open_file, write_all
 
 _READ_BYTES = 1 << 20
@@ -35,6 +36,11 @@ _SMALL_READ_BYTES = 4096
 #: disk again: a failing write per read would cost a syscall per chunk for nothing, and space
 #: freed by a cleanup job or a rotated checkpoint should be used within a second.
 _LOG_RETRY_S = 1.0
+
+#: Output after the last line end is held back (until its line ends, the output pauses, or
+#: EOF) so that a credential split across two reads is redacted whole; a line longer than
+#: this goes out unfinished rather than held without bound.
+_MAX_HELD_BYTES = 65536
 
 
 class OutputPump:
@@ -72,6 +78,7 @@ class OutputPump:
         self._log_fd: int | None = None
         self._retry_at = 0.0
         self._gap_bytes = 0
+        self._held = b""
         self.bytes_read = 0
         self.last_output_at = monotonic()
         self.error: BaseException | None = None
@@ -150,6 +157,21 @@ class OutputPump:
         if err is not None:
             self._log_failed(err, len(data) - n)
 
+    def _out(self, data: bytes, *, flush: bool = False) -> None:
+        """Log and echo ``data`` through the redaction (``run.events.redact_output``): a
+        script that prints ``--hub_token=hf_...`` or its environment must not leave the token
+        in ``attempt-N.log``. Whole lines only (``\\n`` or a progress bar's ``\\r``), unless
+        ``flush``: a token cut by a read boundary would otherwise escape the rules."""
+        buf = self._held + data
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        if flush or len(buf) - cut > _MAX_HELD_BYTES:
+            cut = len(buf)
+        self._held = buf[cut:]
+        if cut:
+            out = redact_output(buf[:cut])
+            self._write_log(out)
+            self._write_echo(out)
+
     def _close_log(self) -> None:
         if self._log_fd is not None:
             with contextlib.suppress(OSError):
@@ -164,7 +186,8 @@ class OutputPump:
                 ready, _, _ = select.select([self._fd], [], [], 0.2)
                 if not ready:
                     # The output paused: a fatal message written without its newline (a rank
-                    # that then stalls) is judged now, not at the hang timeout.
+                    # that then stalls) is judged now, not at the hang timeout, and shown.
+                    self._out(b"", flush=True)
                     self._handle(self._classifier.check_partial())
                     if self._stop.is_set():
                         break
@@ -174,8 +197,7 @@ class OutputPump:
                     break
                 self.bytes_read += len(data)
                 self.last_output_at = self._monotonic()
-                self._write_log(data)
-                self._write_echo(data)
+                self._out(data)
                 self._handle(self._classifier.feed(decoder.decode(data)))
                 if len(data) < _SMALL_READ_BYTES:
                     self._stop.wait(_COALESCE_S)
@@ -184,4 +206,6 @@ class OutputPump:
         except BaseException as exc:  # surfaced by the run loop: a dsguard fault, not the child's
             self.error = exc
         finally:
+            with contextlib.suppress(Exception):  # never lose the end of the output
+                self._out(b"", flush=True)
             self._close_log()
