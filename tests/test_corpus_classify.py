@@ -32,12 +32,16 @@ def _score(group: str) -> Score:
 
 
 def test_corpus_is_real_and_split() -> None:
-    """At least 328 labelled failures in 12 kinds and 45 mentions, all three splits used."""
+    """At least 328 labelled failures in 12 kinds and 45 mentions, the three first splits used;
+    ``tune2`` (a second tuning set) and ``heldout3`` (a fresh held-out set) may be present,
+    no other split name."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 328
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
-    assert {c.group for c in failures} == {"tune", "heldout", "heldout2"}
+    groups = {c.group for c in failures}
+    assert {"tune", "heldout", "heldout2"} <= groups
+    assert groups <= {"tune", "tune2", "heldout", "heldout2", "heldout3"}
 
 
 def test_zero_false_kills_on_harmless_mentions() -> None:
