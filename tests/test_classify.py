@@ -457,6 +457,14 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
         None,
         False,
     ),
+    # zsh's job notice glued after a tqdm bar (baichuan-inc/Baichuan2#138)
+    (
+        "Loading checkpoint shards:   0%|          | 0/3 [00:00<?, ?it/s][1]    26478 killed     "
+        "python test.py",
+        K.KILLED_EXTERNALLY,
+        None,
+        False,
+    ),
     # nccl_error
     (
         "[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught "
@@ -802,6 +810,24 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
         None,
         False,
     ),
+    # MSVC diagnostic (DeepSpeed PR #2428) and torch cpp_extension's compiler check
+    # (FlagOpen/FlagEmbedding#232)
+    (
+        "`DeepSpeed-eltonz-fix-win-build\\csrc\\includes\\StopWatch.h(3): fatal error C1083: "
+        "Cannot open include file: 'windows.h': No such file or directory`",
+        K.DS_BUILD_ERROR,
+        None,
+        False,
+    ),
+    (
+        "subprocess.CalledProcessError: Command '['which', 'c++']' returned non-zero exit "
+        "status 1.",
+        K.DS_BUILD_ERROR,
+        None,
+        True,
+    ),
+    # c10d socket error as a bare RuntimeError (Lightning-AI/pytorch-lightning#16673)
+    ("RuntimeError: Connection reset by peer", K.NCCL_ERROR, None, True),
     # a message glued before the next traceback's header on one line (DeepSpeed#5623)
     (
         "[BUG] RuntimeError: Error building extension 'fused_adam' Loading extension module "

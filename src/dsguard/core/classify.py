@@ -277,6 +277,9 @@ _TRIGGERS: tuple[str, ...] = (
     # completion from peer ... with status=12 ... vendor err 129")
     "Timeout at NCCL work",
     "ot completion",
+    # torch cpp_extension's compiler probe "Command '['which', 'c++']' returned non-zero exit
+    # status 1." quoted without its CalledProcessError (shares "w" with "watchdog": cheap)
+    "which', '",
 )
 
 
@@ -450,6 +453,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\.(?:h|hh|hpp|cuh|cu|c|cc|cpp|cxx)(?::\d+){1,2}: (?:fatal )?error: ",
             r"\.(?:cu|cuh|h|hpp)\(\d+\): error: ",
             r"\berrors? detected in the compilation of \"",
+            # MSVC's diagnostics on Windows builds: "StopWatch.h(3): fatal error C1083: Cannot
+            # open include file: 'windows.h'", "LINK : fatal error LNK1181: cannot open input
+            # file 'aio.lib'" (DeepSpeed PR #2428, #5638)
+            r"\b(?:fatal )?error (?:C|LNK)\d{4}: ",
+            # torch cpp_extension.py check_compiler_ok_for_platform: subprocess.check_output(
+            # ['which', compiler]) before any JIT build, when no C++ compiler is installed
+            r"Command '\['which', '[^']+'\]' returned non-zero exit status",
             r"CUDA_HOME environment variable is not set",  # torch cpp_extension OSError
             # op_builder/builder.py jit_load / compute_capability_args / validate_torch_*
             r"Unable to JIT load the \w+ op due to",
@@ -648,6 +658,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # NCCL net_ib.cc: an InfiniBand work completion with an error status (12: transport
             # retry counter exceeded), also as vendor plugins reprint it ("NET/IBP:")
             r"Got completion (?:from peer \S+ )?with (?:status=|error )\d+",
+            # c10d's socket layer (Utils.hpp sendBytes/recvBytes, older torch) raising the bare
+            # strerror text as a RuntimeError; Python's own socket errors are
+            # ConnectionResetError/BrokenPipeError, never a RuntimeError with this text
+            r"RuntimeError: (?:Connection reset by peer|Broken pipe|Connection refused"
+            r"|Connection timed out)\s*$",
         ),
     ),
     (
@@ -690,6 +705,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"已杀死"), 9),
     (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
     (re.compile(r"^zsh: killed\b"), 9),
+    # job-control notices for a background job killed by SIGKILL: zsh "[1]    26478 killed
+    # python test.py" (lower case, as zsh's signal table names SIGKILL), bash "[1]+  Killed
+    # python train.py"; glued after a tqdm bar in pasted output (Baichuan2#138)
+    (re.compile(r"\[\d+\][+-]?\s+(?:\d+\s+)?[Kk]illed\s+\S"), 9),
     (re.compile(r"Killed signal terminated program"), 9),  # gcc when the OOM killer took cc1plus
 )
 
