@@ -784,7 +784,7 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
     (
         "/dockerdata/lujunda/env/rft/lib/python3.12/site-packages/torch/include/c10/util/"
         "C++17.h:13:2: error: #error \"You're trying to build PyTorch with a too old version of "
-        "GCC. We need GCC 9 or later.\"",
+        'GCC. We need GCC 9 or later."',
         K.DS_BUILD_ERROR,
         None,
         False,
@@ -831,8 +831,8 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
     # a message glued before the next traceback's header on one line (DeepSpeed#5623)
     (
         "[BUG] RuntimeError: Error building extension 'fused_adam' Loading extension module "
-        "fused_adam... Traceback (most recent call last):   File \"/public/home/finetune/"
-        "finetune.py\", line 323, in <module> Loading extension module fused_adam...",
+        'fused_adam... Traceback (most recent call last):   File "/public/home/finetune/'
+        'finetune.py", line 323, in <module> Loading extension module fused_adam...',
         K.DS_BUILD_ERROR,
         None,
         False,
