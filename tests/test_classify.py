@@ -826,6 +826,21 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
         None,
         True,
     ),
+    # accelerate DeepSpeedPlugin (yuvalkirstain/PickScore#2)
+    (
+        "ValueError: When using `deepspeed_config_file`, the following accelerate config "
+        "variables will be ignored: ['gradient_accumulation_steps', 'gradient_clipping',",
+        K.DS_CONFIG_ERROR,
+        None,
+        True,
+    ),
+    # a C++ trainer's glog FATAL (flashlight/wav2letter#128)
+    (
+        "F0104 23:37:18.678984 7164 Train.cpp:472] Loss has NaN values",
+        K.LOSS_DIVERGENCE,
+        None,
+        False,
+    ),
     # c10d socket error as a bare RuntimeError (Lightning-AI/pytorch-lightning#16673)
     ("RuntimeError: Connection reset by peer", K.NCCL_ERROR, None, True),
     # a message glued before the next traceback's header on one line (DeepSpeed#5623)

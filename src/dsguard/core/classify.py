@@ -496,6 +496,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # deepspeed/runtime/config.py _batch_assertion: train != micro * gas * world
             r"Check batch related parameters",
             r"isn't supported yet with DeepSpeed Zero-3",  # transformers trainer.py
+            # accelerate utils/dataclasses.py DeepSpeedPlugin: accelerate-config keys that a
+            # deepspeed_config_file would silently override (yuvalkirstain/PickScore#2)
+            r"When using .deepspeed_config_file., the following accelerate config variables "
+            r"will be ignored",
         ),
     ),
     (
@@ -553,7 +557,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # device='cuda:0', dtype=torch.float64)", LLaVA-NeXT#359)
             r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"]?\s*[:=]?\s*"
             r"['\"]?(?:tensor\()?[-+]?(?:nan|inf)\b)",
-            r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|became|turned) [-+]?(?:nan|inf)\b)",
+            # ... and in words: "loss is nan", "Loss has NaN values" (wav2letter's glog FATAL)
+            r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|turned|has|contains) [-+]?(?:nan|inf)"
+            r"\b)",
             r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
