@@ -457,6 +457,14 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
         None,
         False,
     ),
+    # zsh's job notice glued after a tqdm bar (baichuan-inc/Baichuan2#138)
+    (
+        "Loading checkpoint shards:   0%|          | 0/3 [00:00<?, ?it/s][1]    26478 killed     "
+        "python test.py",
+        K.KILLED_EXTERNALLY,
+        None,
+        False,
+    ),
     # nccl_error
     (
         "[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught "
@@ -720,6 +728,130 @@ LINE_CASES: list[tuple[str, FailureKind | None, int | None, bool]] = [
     # KeyboardInterrupt is someone's Ctrl-C: a stop from outside, not the user's code failing
     ("KeyboardInterrupt", K.KILLED_EXTERNALLY, None, True),
     ("Fatal Python error: Segmentation fault", None, None, False),
+    # -- issue 12, third round: rules written from the tune2 corpus split
+    # ProcessGroupNCCL.cpp watchdog glog line (FunASR#2006): no "Error" on it, its own trigger
+    (
+        "[rank11]:[E ProcessGroupNCCL.cpp:1537] [PG 1 Rank 11] Timeout at NCCL work: 15734, "
+        "last enqueued NCCL work: 15735, last completed NCCL work: 15733.",
+        K.NCCL_ERROR,
+        11,
+        False,
+    ),
+    # NCCL net_ib.cc WARN as a vendor plugin reprints it (NVIDIA/nccl#1664)
+    (
+        "NET/IBP:Got completion from peer 7.6.13.83<36315> with status=12 opcode=32698 "
+        "len=32696 vendor err 129 (Send)",
+        K.NCCL_ERROR,
+        None,
+        False,
+    ),
+    # torch distributed_c10d.py _store_based_barrier (neu-vi/ezflow#194)
+    (
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, "
+        "for key: store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:30:00)",
+        K.NCCL_ERROR,
+        None,
+        True,
+    ),
+    # c10d socket.cpp SocketConnectOp::throwTimeoutError (lllyasviel/ControlNet#382)
+    (
+        "TimeoutError: The client socket has timed out after 1800s while trying to connect to "
+        "(127.0.0.1, 48391).",
+        K.NCCL_ERROR,
+        None,
+        True,
+    ),
+    # c10d Utils.hpp recvBytes, gloo on Windows (pytorch/pytorch#85621)
+    ("RuntimeError: Socket Timeout", K.NCCL_ERROR, None, True),
+    # ProcessGroupNCCL.cpp broadcastUniqueNCCLID, several ranks glued (axolotl#809)
+    (
+        "RuntimeErrorRuntimeErrorRuntimeErrorRuntimeError: RuntimeError: : : : RuntimeError: : "
+        "[2] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d "
+        "key-value store by key '0', but store->get('0') got error: Socket Timeout",
+        K.NCCL_ERROR,
+        None,
+        False,
+    ),
+    # torch elastic error_handler JSON, indented (pytorch/pytorch#64926)
+    (
+        '    "message": "RendezvousConnectionError: The connection to the C10d store has '
+        'failed. See inner exception for details.",',
+        K.NCCL_ERROR,
+        None,
+        False,
+    ),
+    # GCC diagnostic from torch's c10/util/C++17.h while JIT-building fused_adam (DeepSpeed#7143)
+    (
+        "/dockerdata/lujunda/env/rft/lib/python3.12/site-packages/torch/include/c10/util/"
+        "C++17.h:13:2: error: #error \"You're trying to build PyTorch with a too old version of "
+        'GCC. We need GCC 9 or later."',
+        K.DS_BUILD_ERROR,
+        None,
+        False,
+    ),
+    # nvcc/EDG diagnostics (DeepSpeed#3196, DeepSpeed#397)
+    (
+        'csrc/includes\\memory_access_utils.h(908): error: identifier "int32_t" is undefined',
+        K.DS_BUILD_ERROR,
+        None,
+        False,
+    ),
+    (
+        '91 errors detected in the compilation of "csrc/quantization/quantize.cu".',
+        K.DS_BUILD_ERROR,
+        None,
+        False,
+    ),
+    # a grad norm logged as a tensor repr (LLaVA-VL/LLaVA-NeXT#359)
+    (
+        "Why do I encounter 'loss': 0.0, 'grad_norm': tensor(nan, device='cuda:0', "
+        "dtype=torch.float64) when fine-tuning llava-v1.5-7b",
+        K.LOSS_DIVERGENCE,
+        None,
+        False,
+    ),
+    # MSVC diagnostic (DeepSpeed PR #2428) and torch cpp_extension's compiler check
+    # (FlagOpen/FlagEmbedding#232)
+    (
+        "`DeepSpeed-eltonz-fix-win-build\\csrc\\includes\\StopWatch.h(3): fatal error C1083: "
+        "Cannot open include file: 'windows.h': No such file or directory`",
+        K.DS_BUILD_ERROR,
+        None,
+        False,
+    ),
+    (
+        "subprocess.CalledProcessError: Command '['which', 'c++']' returned non-zero exit "
+        "status 1.",
+        K.DS_BUILD_ERROR,
+        None,
+        True,
+    ),
+    # accelerate DeepSpeedPlugin (yuvalkirstain/PickScore#2)
+    (
+        "ValueError: When using `deepspeed_config_file`, the following accelerate config "
+        "variables will be ignored: ['gradient_accumulation_steps', 'gradient_clipping',",
+        K.DS_CONFIG_ERROR,
+        None,
+        True,
+    ),
+    # a C++ trainer's glog FATAL (flashlight/wav2letter#128)
+    (
+        "F0104 23:37:18.678984 7164 Train.cpp:472] Loss has NaN values",
+        K.LOSS_DIVERGENCE,
+        None,
+        False,
+    ),
+    # c10d socket error as a bare RuntimeError (Lightning-AI/pytorch-lightning#16673)
+    ("RuntimeError: Connection reset by peer", K.NCCL_ERROR, None, True),
+    # a message glued before the next traceback's header on one line (DeepSpeed#5623)
+    (
+        "[BUG] RuntimeError: Error building extension 'fused_adam' Loading extension module "
+        'fused_adam... Traceback (most recent call last):   File "/public/home/finetune/'
+        'finetune.py", line 323, in <module> Loading extension module fused_adam...',
+        K.DS_BUILD_ERROR,
+        None,
+        False,
+    ),
 ]
 
 

@@ -32,16 +32,13 @@ def _score(group: str) -> Score:
 
 
 def test_corpus_is_real_and_split() -> None:
-    """At least 328 labelled failures in 12 kinds and 45 mentions, the three first splits used;
-    ``tune2`` (a second tuning set) and ``heldout3`` (a fresh held-out set) may be present,
-    no other split name."""
+    """At least 559 labelled failures in 12 kinds and 45 mentions, all five splits used (the
+    tuning splits ``tune`` and ``tune2``, the held-out ``heldout``, ``heldout2``, ``heldout3``)."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 328
+    assert len(failures) >= 559
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
-    groups = {c.group for c in failures}
-    assert {"tune", "heldout", "heldout2"} <= groups
-    assert groups <= {"tune", "tune2", "heldout", "heldout2", "heldout3"}
+    assert {c.group for c in failures} == {"tune", "tune2", "heldout", "heldout2", "heldout3"}
 
 
 def test_zero_false_kills_on_harmless_mentions() -> None:
@@ -49,7 +46,7 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
     assert false_kills([c for c in CASES if c.group == "mention"]) == []
 
 
-@pytest.mark.parametrize("group", ["tune", "heldout", "heldout2", "heldout3"])
+@pytest.mark.parametrize("group", ["tune", "tune2", "heldout", "heldout2", "heldout3"])
 def test_ladder_kinds_are_precise(group: str) -> None:
     """cuda_oom, host_oom and ds_build_error change the training: precision >= 0.98."""
     s = _score(group)
@@ -58,7 +55,7 @@ def test_ladder_kinds_are_precise(group: str) -> None:
         assert p is None or p >= 0.98, (kind, p, s.misses)
 
 
-@pytest.mark.parametrize("group", ["tune", "heldout", "heldout2", "heldout3"])
+@pytest.mark.parametrize("group", ["tune", "tune2", "heldout", "heldout2", "heldout3"])
 def test_no_user_error_is_taken_for_an_oom(group: str) -> None:
     assert _score(group).user_as_oom() == 0
 
@@ -76,15 +73,15 @@ def test_heldout2_accuracy_floor() -> None:
 
 def test_heldout3_accuracy_floor() -> None:
     """heldout3 (108 logs gathered under the stricter protocol while rules were being changed in
-    another branch, never used to write them): 86.1% on the rules current when it was gathered;
-    no regression below that."""
-    assert _score("heldout3").accuracy >= 0.86
+    another branch, never used to write them): 86.1% on the rules current when it was gathered,
+    87.0% after the tune2 rules were merged; no regression below that."""
+    assert _score("heldout3").accuracy >= 0.87
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="issue 12 target not met yet: heldout 91.9% (114/124), unknown 6.5%; "
-    "heldout2 91.1%, unknown 8.9%",
+    "heldout2 91.1%, unknown 8.9%; heldout3 87.0%, unknown 7.4%",
 )
 def test_heldout_meets_the_issue_targets() -> None:
     """The issue's targets: >= 95% accuracy on logs not tuned on, ``unknown`` below 3%."""

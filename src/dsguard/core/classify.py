@@ -270,6 +270,16 @@ _TRIGGERS: tuple[str, ...] = (
     # a dump signal due to a collective timeout from rank 7 ..." (the ranks that did not time
     # out themselves; a glog [E...] line, no "Error" in it)
     "eceived a dump signal",
+    # -- issue 12, third round (tune2): torch ProcessGroupNCCL.cpp watchdog's glog line after a
+    # collective timed out ("[PG 1 Rank 11] Timeout at NCCL work: 15734, last enqueued NCCL
+    # work: ...", logged with LOG(ERROR), no "Error" on the line) and NCCL's net_ib.cc WARN
+    # for a failed InfiniBand work completion as vendor plugins reprint it ("NET/IBP:Got
+    # completion from peer ... with status=12 ... vendor err 129")
+    "Timeout at NCCL work",
+    "ot completion",
+    # torch cpp_extension's compiler probe "Command '['which', 'c++']' returned non-zero exit
+    # status 1." quoted without its CalledProcessError (shares "w" with "watchdog": cheap)
+    "which', '",
 )
 
 
@@ -435,6 +445,21 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"error: command '[^']*nvcc(?:\.exe)?' failed",
             r"fatal error: [\w/.+-]+\.(?:h|hpp|cuh): No such file or directory",
             r"Error compiling objects for extension",
+            # a C/C++/CUDA compiler's own error diagnostic while an extension builds: GCC/clang
+            # "file.h:13:2: error: #error ..." (torch's c10/util/C++17.h rejects an old GCC),
+            # nvcc/EDG "file.cu(12): error: ..." and its summary "91 errors detected in the
+            # compilation of "csrc/quantization/quantize.cu"." (DeepSpeed#3196, #397, #1584).
+            # Only compilers print these shapes.
+            r"\.(?:h|hh|hpp|cuh|cu|c|cc|cpp|cxx)(?::\d+){1,2}: (?:fatal )?error: ",
+            r"\.(?:cu|cuh|h|hpp)\(\d+\): error: ",
+            r"\berrors? detected in the compilation of \"",
+            # MSVC's diagnostics on Windows builds: "StopWatch.h(3): fatal error C1083: Cannot
+            # open include file: 'windows.h'", "LINK : fatal error LNK1181: cannot open input
+            # file 'aio.lib'" (DeepSpeed PR #2428, #5638)
+            r"\b(?:fatal )?error (?:C|LNK)\d{4}: ",
+            # torch cpp_extension.py check_compiler_ok_for_platform: subprocess.check_output(
+            # ['which', compiler]) before any JIT build, when no C++ compiler is installed
+            r"Command '\['which', '[^']+'\]' returned non-zero exit status",
             r"CUDA_HOME environment variable is not set",  # torch cpp_extension OSError
             # op_builder/builder.py jit_load / compute_capability_args / validate_torch_*
             r"Unable to JIT load the \w+ op due to",
@@ -471,6 +496,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # deepspeed/runtime/config.py _batch_assertion: train != micro * gas * world
             r"Check batch related parameters",
             r"isn't supported yet with DeepSpeed Zero-3",  # transformers trainer.py
+            # accelerate utils/dataclasses.py DeepSpeedPlugin: accelerate-config keys that a
+            # deepspeed_config_file would silently override (yuvalkirstain/PickScore#2)
+            r"When using .deepspeed_config_file., the following accelerate config variables "
+            r"will be ignored",
         ),
     ),
     (
@@ -524,9 +553,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"is non-finite, so it cannot be clipped",
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
+            # (the value may be logged as a torch tensor's repr: "'grad_norm': tensor(nan,
+            # device='cuda:0', dtype=torch.float64)", LLaVA-NeXT#359)
             r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"]?\s*[:=]?\s*"
-            r"['\"]?[-+]?(?:nan|inf)\b)",
-            r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|became|turned) [-+]?(?:nan|inf)\b)",
+            r"['\"]?(?:tensor\()?[-+]?(?:nan|inf)\b)",
+            # ... and in words: "loss is nan", "Loss has NaN values" (wav2letter's glog FATAL)
+            r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|turned|has|contains) [-+]?(?:nan|inf)"
+            r"\b)",
             r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
@@ -614,6 +647,28 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Connection reset by peer") and a rendezvous that never connects
             r"gloo/transport/tcp/pair\.cc:\d+\]",
             r"Gloo connectFullMesh failed",
+            # -- issue 12, third round: the process group never formed or its store went away.
+            # torch distributed_c10d.py _store_based_barrier raises RuntimeError (later
+            # DistStoreError) "Timed out initializing process group in store based barrier on
+            # rank: 0, ..." (one torch version lost the space: "store basedbarrier");
+            # c10d socket.cpp SocketConnectOp::throwTimeoutError "The client socket has timed
+            # out after 1800s while trying to connect to (host, port)."; c10d Utils.hpp
+            # recvBytes/sendBytes "Socket Timeout" (DistNetworkError, RuntimeError in older
+            # torch); ProcessGroupNCCL.cpp broadcastUniqueNCCLID "[2] is setting up NCCL
+            # communicator and retrieving ncclUniqueId from [0] via c10d key-value store by
+            # key '0', but store->get('0') got error: ..." (RuntimeError before DistBackendError)
+            r"Timed out initializing process group in store based ?barrier",
+            r"client socket has timed out after \S+ while trying to connect to",
+            r"(?:Error|Exception): Socket Timeout\b",
+            r"retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
+            # NCCL net_ib.cc: an InfiniBand work completion with an error status (12: transport
+            # retry counter exceeded), also as vendor plugins reprint it ("NET/IBP:")
+            r"Got completion (?:from peer \S+ )?with (?:status=|error )\d+",
+            # c10d's socket layer (Utils.hpp sendBytes/recvBytes, older torch) raising the bare
+            # strerror text as a RuntimeError; Python's own socket errors are
+            # ConnectionResetError/BrokenPipeError, never a RuntimeError with this text
+            r"RuntimeError: (?:Connection reset by peer|Broken pipe|Connection refused"
+            r"|Connection timed out)\s*$",
         ),
     ),
     (
@@ -656,6 +711,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"已杀死"), 9),
     (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
     (re.compile(r"^zsh: killed\b"), 9),
+    # job-control notices for a background job killed by SIGKILL: zsh "[1]    26478 killed
+    # python test.py" (lower case, as zsh's signal table names SIGKILL), bash "[1]+  Killed
+    # python train.py"; glued after a tqdm bar in pasted output (Baichuan2#138)
+    (re.compile(r"\[\d+\][+-]?\s+(?:\d+\s+)?[Kk]illed\s+\S"), 9),
     (re.compile(r"Killed signal terminated program"), 9),  # gcc when the OOM killer took cc1plus
 )
 
@@ -744,6 +803,10 @@ _CODE_LIKE = re.compile(
     r"|[A-Za-z_][\w.\[\]'\"]*\s*(?:[-+*/%|&]?=|\()"
 )
 _TRACEBACK = "Traceback (most recent call last)"
+# torch elastic's error file / error_handler report, printed as indented JSON: its "message"
+# value is the child's exception ("message": "RendezvousConnectionError: The connection to
+# the C10d store has failed. ..."), a message although it is indented and starts with a quote.
+_JSON_MESSAGE = re.compile(r"\"message\": \"")
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _EOL = re.compile(r"[\r\n]")
@@ -980,9 +1043,16 @@ class StreamClassifier:
 
     def _classify_line(self, line: str, line_no: int) -> Evidence | None:
         rank, body = _split_prefix(line)
-        if _TRACEBACK in body:  # before the echo test: rich draws it inside "╭── ... ──╮"
+        header = body.find(_TRACEBACK)
+        if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
             self._build_frames = False
-            return None
+            # Output glued onto one line (several ranks writing at once, a paste that lost its
+            # line ends) can put a whole message before the next traceback's header: judge
+            # that part; the header and what follows it start a new traceback.
+            line = line[: len(line) - len(body) + header]
+            body = body[:header]
+            if _TRIGGER_RX.search(body) is None:
+                return None
         if _BUILD_FRAME.search(body) is not None:
             self._build_frames = True  # this traceback runs through DeepSpeed's op builder
             return None
@@ -991,7 +1061,11 @@ class StreamClassifier:
             # 9.2 does not match ...", "      Unable to pre-compile ops ..."): an indented
             # line that is not code is a message; it is judged, and never ends an attempt.
             stripped = body.lstrip(" \t")
-            if _EXC_LINE.match(stripped) is None and _CODE_LIKE.match(stripped) is not None:
+            if (
+                _EXC_LINE.match(stripped) is None
+                and _JSON_MESSAGE.match(stripped) is None
+                and _CODE_LIKE.match(stripped) is not None
+            ):
                 return None
             body = stripped
         offset = len(line) - len(body)
