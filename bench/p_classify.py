@@ -77,7 +77,7 @@ class Case:
     label: str  # the dsguard kind it must be classified as
     text: str
     exit_code: int | None
-    group: str  # tune / tune2 / heldout / heldout2 / heldout3 / heldout4 / mention / injected / wild / ...
+    group: str  # tune / tune2 / heldout / heldout2..4 / mention / injected / wild / ...
 
 
 def corpus_cases(root: Path = CORPUS) -> list[Case]:
