@@ -75,16 +75,17 @@ def test_heldout2_accuracy_floor() -> None:
 
 
 def test_heldout3_accuracy_floor() -> None:
-    """heldout3 (108 logs gathered under the stricter protocol while rules were being changed in
-    another branch, never used to write them): 86.1% on the rules current when it was gathered,
-    87.0% after the tune2 rules were merged; no regression below that."""
-    assert _score("heldout3").accuracy >= 0.87
+    """heldout3 (93 logs gathered under the stricter protocol while rules were being changed in
+    another branch, never used to write them; 15 more from threads that tune2 also drew from were
+    moved to tune2): 84.9% on the rules current when it was gathered and after the tune2 rules;
+    no regression below that."""
+    assert _score("heldout3").accuracy >= 0.849
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="issue 12 target not met yet: heldout 91.9% (114/124), unknown 6.5%; "
-    "heldout2 91.1%, unknown 8.9%; heldout3 87.0%, unknown 7.4%",
+    "heldout2 91.1%, unknown 8.9%; heldout3 84.9%, unknown 8.6%; heldout4 82.5%, unknown 12.5%",
 )
 def test_heldout_meets_the_issue_targets() -> None:
     """The issue's targets: >= 95% accuracy on logs not tuned on, ``unknown`` below 3%."""
