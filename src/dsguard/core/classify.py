@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
+
 __all__ = [
     "Evidence",
     "ExitStatus",
@@ -779,14 +781,6 @@ _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 # never loaded, usually because something failed first; DeepSpeed#1846).
 _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (FailureKind.DS_BUILD_ERROR, re.compile(r"object has no attribute 'ds_opt_adam'")),
-)
-# A traceback frame inside DeepSpeed's op builder or torch's C++/CUDA extension builder, in
-# Python's ('File ".../op_builder/builder.py", line 9') or IPython's (".../cpp_extension.py in
-# _run_ninja_build(...)") format.
-# (Linear on a 1 MB line: each branch starts at one literal, and no two unbounded runs meet.)
-_BUILD_FRAME = re.compile(
-    r"File \"[^\"\n]*(?:op_builder|torch/utils/cpp_extension\.py)[^\"\n]*\", line "
-    r"|^\S*(?:op_builder/\S*|torch/utils/cpp_extension\.py) in \w"
 )
 _IGNORED = "Exception ignored in"
 _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is noise
