@@ -37,6 +37,7 @@ from enum import StrEnum
 from typing import Any
 
 from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
+from dsguard.core.frames import frame_kind, in_shared_memory, parse_frame
 
 __all__ = [
     "Evidence",
@@ -104,6 +105,8 @@ _KEEP_PER_KIND = 16  # StreamClassifier keeps the first and the last this many p
 _MAX_FAILURE_LINES = 8
 _MAX_WINNER_LINES_FIRST = 5  # leave room for one line of each other kind in Failure.evidence
 _MAX_CARRY = 65536  # a partial line longer than this keeps only its head and tail
+_MAX_FRAMES = 8  # innermost frames kept per traceback: the raise site and a few wrappers
+_MAX_FRAME_KEYS = 64  # tracebacks tracked at once (one per rank prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +285,10 @@ _TRIGGERS: tuple[str, ...] = (
     # torch cpp_extension's compiler probe "Command '['which', 'c++']' returned non-zero exit
     # status 1." quoted without its CalledProcessError (shares "w" with "watchdog": cheap)
     "which', '",
+    # -- issue 12, frame attribution (core/frames.py): a traceback frame header, plain or in
+    # rich's box (shares "F" with "FAILED: "; "│" starts nothing healthy output prints often)
+    'File "',
+    "│ /",
 )
 
 
@@ -906,6 +913,9 @@ class StreamClassifier:
         self._ignored_until = 0  # exception lines up to here follow "Exception ignored in"
         self._partial_fatal: int | None = None  # line_no of a partial line reported fatal
         self._build_frames = False  # the current traceback has a frame in a build module
+        # The current traceback's frames per rank prefix (None: unprefixed), outermost first,
+        # the innermost _MAX_FRAMES kept: where its exception was raised (core/frames.py).
+        self._frames: dict[int | None, list[tuple[str, str]]] = {}
         self._first: dict[FailureKind, list[Evidence]] = {}
         self._last: dict[FailureKind, deque[Evidence]] = {}
 
@@ -1037,9 +1047,12 @@ class StreamClassifier:
 
     def _classify_line(self, line: str, line_no: int) -> Evidence | None:
         rank, body = _split_prefix(line)
+        if body.startswith("E   "):
+            body = body[1:]  # pytest's failure marker; the indentation after it is the line's
         header = body.find(_TRACEBACK)
         if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
             self._build_frames = False
+            self._frames.pop(rank, None)
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
@@ -1049,6 +1062,10 @@ class StreamClassifier:
                 return None
         if _BUILD_FRAME.search(body) is not None:
             self._build_frames = True  # this traceback runs through DeepSpeed's op builder
+            return None
+        frame = parse_frame(body)
+        if frame is not None:
+            self._note_frame(rank, frame)
             return None
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
@@ -1075,9 +1092,12 @@ class StreamClassifier:
         for kind, rule in _WEAK_RULES:
             if (m := rule.search(body)) is not None:
                 return make(kind, m, weak=True)
-        for kind, rule in _RULES:
+        for rule_kind, rule in _RULES:
             if (m := rule.search(body)) is not None:
-                return make(kind, m)
+                frames = self._frames.pop(rank, None) if _EXC_LINE.search(body) else None
+                if rule_kind is FailureKind.DISK_FULL and frames and in_shared_memory(frames):
+                    return make(FailureKind.HOST_OOM, m)  # ENOSPC of /dev/shm: RAM, not disk
+                return make(rule_kind, m)
         for rx, fixed in _SIGNAL_DEATH:
             if (m := rx.search(body)) is not None:
                 sig = fixed if fixed is not None else int(m.group(1))
@@ -1087,14 +1107,32 @@ class StreamClassifier:
         # Any other exception line is the script's own error, traceback header seen or not
         # (pasted and saved logs often lose it); launcher wrappers excluded.
         m = _EXC_LINE.search(body)
-        if m is not None and self._build_frames:
+        if m is None:
+            return None
+        frames = self._frames.pop(rank, None)
+        if self._build_frames:
             # The innermost exception of a traceback through the op builder or torch's
             # extension builder (a CalledProcessError of ninja included) is a build failure.
             self._build_frames = False
             return make(FailureKind.DS_BUILD_ERROR, m)
-        if m is not None and m.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
-            return make(FailureKind.USER_CODE_ERROR, m, weak=line_no <= self._ignored_until)
-        return None
+        name = m.group(1).rsplit(".", 1)[-1]
+        if name in _EXC_NOT_USER_CODE:
+            return None
+        # A generic exception raised inside a framework's config, checkpoint-loading or c10d
+        # code is that kind of failure; raised anywhere else it is the script's own.
+        named = frame_kind(frames, name) if frames else None
+        kind = FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
+        return make(kind, m, weak=line_no <= self._ignored_until)
+
+    def _note_frame(self, rank: int | None, frame: tuple[str, str]) -> None:
+        frames = self._frames.get(rank)
+        if frames is None:
+            if len(self._frames) >= _MAX_FRAME_KEYS:
+                self._frames.clear()  # garbage prefixes must not grow this without bound
+            frames = self._frames[rank] = []
+        frames.append(frame)
+        if len(frames) > _MAX_FRAMES:
+            del frames[0]
 
     def _keep(self, ev: Evidence) -> None:
         first = self._first.setdefault(ev.kind, [])
