@@ -65,6 +65,22 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
     # DeepSpeedConfigModel, zero/config.py, zero/offload_config.py, and the other *config.py
     # models (activation checkpointing, monitor, comm, aio, compression, inference)
     ("ds_config_error", re.compile(r"/deepspeed/(?:\w+/)*\w*config\w*\.py$"), None, _CONFIG_EXC),
+    # deepspeed.initialize's own asserts are about the config it was given ("Not sure how to
+    # proceed, we were given deepspeed configs in the deepspeed arguments and
+    # deepspeed.initialize() function call", "DeepSpeed requires --deepspeed_config ...");
+    # runtime/torch_autocast.py checks torch.autocast against the config
+    (
+        "ds_config_error",
+        re.compile(r"/deepspeed/__init__\.py$"),
+        re.compile(r"initialize"),
+        frozenset({"AssertionError"}),
+    ),
+    (
+        "ds_config_error",
+        re.compile(r"/deepspeed/runtime/torch_autocast\.py$"),
+        None,
+        frozenset({"AssertionError", "ValueError"}),
+    ),
     # DeepSpeedEngine's own configuration checks before any step runs
     (
         "ds_config_error",
