@@ -201,3 +201,32 @@ def test_pytest_e_marker_is_peeled() -> None:
         + "E           KeyError: 'train_batch_size'\n"
     )
     assert _kind(text) is FailureKind.DS_CONFIG_ERROR
+
+
+# vllm-project/vllm#7772: a traceback logged line by line under a logger prefix whose
+# timestamp would change from line to line; the frames under it are the traceback's.
+VLLM_7772 = """\
+2024-08-22 13:50:25 ERROR 200507 [worker_base.py:148] Error executing method start_worker_execution_loop. This might cause deadlock in distributed execution.
+2024-08-22 13:50:25 ERROR 200507 [worker_base.py:148] Traceback (most recent call last):
+2024-08-22 13:50:25 ERROR 200507 [worker_base.py:148]   File "/opt/conda/lib/python3.8/site-packages/vllm/worker/worker_base.py", line 140, in execute_method
+2024-08-22 13:50:25 ERROR 200507 [worker_base.py:148]     return executor(*args, **kwargs)
+2024-08-22 13:50:25 ERROR 200507 [worker_base.py:148]   File "/opt/conda/lib/python3.8/site-packages/torch/utils/_contextlib.py", line 115, in decorate_context
+2024-08-22 13:50:25 ERROR 200507 [worker_base.py:148]     return func(*args, **kwargs)
+"""  # noqa: E501
+
+
+def test_logger_prefixed_traceback_frames_are_read() -> None:
+    sc = StreamClassifier()
+    sc.feed(VLLM_7772)
+    assert sc._frames[None] == [
+        ("/opt/conda/lib/python3.8/site-packages/vllm/worker/worker_base.py", "execute_method"),
+        ("/opt/conda/lib/python3.8/site-packages/torch/utils/_contextlib.py", "decorate_context"),
+    ]
+    # the same prefix with another timestamp is peeled too; an exception line under it is
+    # judged (here by the LMCache#1904 line: the script's error, raised in vLLM's code)
+    later = VLLM_7772.splitlines()[2].replace("13:50:25", "13:50:26").split("  File")[0]
+    evs = sc.feed(
+        later + "AttributeError: 'GroupCoordinator' object has no attribute 'allreduce'\n"
+    )
+    assert [ev.kind for ev in evs] == [FailureKind.USER_CODE_ERROR]
+    assert None not in sc._frames  # the exception line closed the traceback

@@ -809,6 +809,13 @@ _TRACEBACK = "Traceback (most recent call last)"
 # the C10d store has failed. ..."), a message although it is indented and starts with a quote.
 _JSON_MESSAGE = re.compile(r"\"message\": \"")
 
+# A logger's line prefix before a traceback header: a timestamp, level or source location
+# ("2024-08-22 13:50:25 ERROR 200507 [worker_base.py:148] ", "Jul 13 21:22:34 ",
+# "(RayWorker pid=4242) ", loguru's "... | ERROR    | __main__:main:12 - "), at most 120
+# characters, with a digit, bracket or bar in it and ending in whitespace; prose glued
+# before a header ("Scheduler hit an exception: ") ends in a colon and is not one.
+_LOGGER_PREFIX = re.compile(r"(?=.{1,120}$)(?=.*[\d\[\]()|]).*[^\s:]\s+")
+_DIGIT = re.compile(r"\d")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _EOL = re.compile(r"[\r\n]")
 
@@ -916,6 +923,10 @@ class StreamClassifier:
         # The current traceback's frames per rank prefix (None: unprefixed), outermost first,
         # the innermost _MAX_FRAMES kept: where its exception was raised (core/frames.py).
         self._frames: dict[int | None, list[tuple[str, str]]] = {}
+        # A logger's prefix before the current traceback's header ("2024-08-22 13:50:25 ERROR
+        # 200507 [worker_base.py:148] Traceback ..."), as its shape (digits as 0), per rank:
+        # its frames and exception line carry the same prefix, with other timestamps.
+        self._tb_prefix: dict[int | None, str] = {}
         self._first: dict[FailureKind, list[Evidence]] = {}
         self._last: dict[FailureKind, deque[Evidence]] = {}
 
@@ -1049,10 +1060,13 @@ class StreamClassifier:
         rank, body = _split_prefix(line)
         if body.startswith("E   "):
             body = body[1:]  # pytest's failure marker; the indentation after it is the line's
+        if self._tb_prefix:
+            body = self._peel_logger_prefix(rank, body)
         header = body.find(_TRACEBACK)
         if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
             self._build_frames = False
             self._frames.pop(rank, None)
+            self._note_logger_prefix(rank, body[:header])
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
@@ -1110,6 +1124,7 @@ class StreamClassifier:
         if m is None:
             return None
         frames = self._frames.pop(rank, None)
+        self._tb_prefix.pop(rank, None)  # the exception line ends its traceback
         if self._build_frames:
             # The innermost exception of a traceback through the op builder or torch's
             # extension builder (a CalledProcessError of ninja included) is a build failure.
@@ -1123,6 +1138,24 @@ class StreamClassifier:
         named = frame_kind(frames, name) if frames else None
         kind = FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
         return make(kind, m, weak=line_no <= self._ignored_until)
+
+    def _note_logger_prefix(self, rank: int | None, prefix: str) -> None:
+        """Remember a logger prefix before a traceback header (not prose glued before it, which
+        ends in a space-less word or a colon: "Scheduler hit an exception: Traceback ...")."""
+        if _LOGGER_PREFIX.fullmatch(prefix) is None:
+            self._tb_prefix.pop(rank, None)
+            return
+        if len(self._tb_prefix) >= _MAX_FRAME_KEYS:
+            self._tb_prefix.clear()
+        self._tb_prefix[rank] = _DIGIT.sub("0", prefix)
+
+    def _peel_logger_prefix(self, rank: int | None, body: str) -> str:
+        shape = self._tb_prefix.get(rank)
+        if shape is None or len(body) <= len(shape):
+            return body
+        if _DIGIT.sub("0", body[: len(shape)]) != shape:
+            return body
+        return body[len(shape) :]
 
     def _note_frame(self, rank: int | None, frame: tuple[str, str]) -> None:
         frames = self._frames.get(rank)
