@@ -230,3 +230,19 @@ def test_logger_prefixed_traceback_frames_are_read() -> None:
     )
     assert [ev.kind for ev in evs] == [FailureKind.USER_CODE_ERROR]
     assert None not in sc._frames  # the exception line closed the traceback
+
+
+def test_exception_repr_in_a_message_is_weak_user_code_evidence() -> None:
+    """SeanNaren/deepspeech.pytorch#697 (tests/data/corpus, tune2): hydra's instantiate prints
+    the caught exception's repr, with no exception line of its own."""
+    line = (
+        'I have just tried the trainer command and get the error:TypeError("Trainer.__init__() '
+        "got an unexpected keyword argument 'num_processes'\")\n"
+    )
+    assert _kind(line + "full_key: trainer\n") is FailureKind.USER_CODE_ERROR
+    sc = StreamClassifier()
+    (ev,) = sc.feed(line)
+    assert ev.weak and not ev.fatal  # any specific evidence outranks it
+    # a host OOM's kill line in the same output still wins (exit 137 from a shell)
+    failure = classify_text(line + "Killed\n", 137)
+    assert failure is not None and failure.kind is FailureKind.HOST_OOM

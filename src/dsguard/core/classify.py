@@ -772,6 +772,9 @@ _EXC_LINE = re.compile(
 _EXC_NOT_USER_CODE = frozenset(
     {"ChildFailedError", "CalledProcessError", "ProcessExitedException", "ProcessRaisedException"}
 )
+# An exception's repr, as loggers and hydra's instantiate print a caught one:
+# TypeError("Trainer.__init__() got an unexpected keyword argument 'num_processes'")
+_EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\((?:['\"]|\))")
 # An exception *raised* on this line: Python's last traceback line ("torch.OutOfMemoryError:
 # CUDA out of memory ...", rank-prefixed or glued after a tqdm bar's "]") or C++'s
 # "terminate called after throwing ..." / "  what():  ...". Only such a line may end an
@@ -1122,6 +1125,12 @@ class StreamClassifier:
         # (pasted and saved logs often lose it); launcher wrappers excluded.
         m = _EXC_LINE.search(body)
         if m is None:
+            # An exception's repr quoted in a message ("Error executing job: TypeError(\"
+            # Trainer.__init__() got an unexpected keyword argument ...\")", hydra): the
+            # script's error, when nothing more specific explains the death.
+            r = _EXC_REPR.search(body)
+            if r is not None and r.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
+                return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             return None
         frames = self._frames.pop(rank, None)
         self._tb_prefix.pop(rank, None)  # the exception line ends its traceback
