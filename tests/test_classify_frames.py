@@ -246,3 +246,54 @@ def test_exception_repr_in_a_message_is_weak_user_code_evidence() -> None:
     # a host OOM's kill line in the same output still wins (exit 137 from a shell)
     failure = classify_text(line + "Killed\n", 137)
     assert failure is not None and failure.kind is FailureKind.HOST_OOM
+
+
+# NVIDIA/earth2studio#217: an exception class whose name has no trigger in it, after Python
+# 3.11 caret lines; raised in the standard library's zipfile, called from the user's loader.
+EARTH2STUDIO_217 = """\
+Traceback (most recent call last):
+  File "/IdeaProjects/earth2studio/examples/11_corrfiff_local_gfs_inference.py", line 61, in <module>
+    corrdiff = CorrDiffTaiwan.load_model(package)
+               ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/IdeaProjects/earth2studio/earth2studio/models/dx/corrdiff.py", line 221, in load_model
+    with zipfile.ZipFile(checkpoint_zip, "r") as zip_ref:
+         ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/usr/lib/python3.11/zipfile.py", line 1302, in __init__
+    self._RealGetContents()
+  File "/usr/lib/python3.11/zipfile.py", line 1369, in _RealGetContents
+    raise BadZipFile("File is not a zip file")
+zipfile.BadZipFile: File is not a zip file
+"""  # noqa: E501
+
+# brennanaba/ABlooper#2: Windows paths; torch.load's _load refuses a TorchScript archive.
+ABLOOPER_2 = """\
+Traceback (most recent call last):
+  File "testABlooper.py", line 5, in <module>
+    from ABlooper import CDR_Predictor
+  File "C:\\Users\\18482\\work\\ABlooper-master\\ABlooper\\__init__.py", line 1, in <module>
+    from ABlooper.ABlooper import CDR_Predictor
+  File "C:\\Users\\18482\\work\\ABlooper-master\\ABlooper\\ABlooper.py", line 13, in <module>
+    default_model.load_state_dict(torch.load(path, map_location=torch.device(device)))
+  File "C:\\Users\\18482\\miniconda3\\lib\\site-packages\\torch\\serialization.py", line 386, in load
+    return _load(f, map_location, pickle_module, **pickle_load_args)
+  File "C:\\Users\\18482\\miniconda3\\lib\\site-packages\\torch\\serialization.py", line 559, in _load
+    raise RuntimeError("{} is a zip archive (did you mean to use torch.jit.load()?)".format(f.name))
+RuntimeError: C:\\Users\\18482\\work\\ABlooper-master\\ABlooper\\trained_model\\final_model is a zip archive (did you mean to use torch.jit.load()?)
+"""  # noqa: E501
+
+
+def test_exception_line_without_a_trigger_is_read_after_its_frames() -> None:
+    sc = StreamClassifier()
+    evs = sc.feed(EARTH2STUDIO_217)
+    assert [(ev.kind, ev.text) for ev in evs] == [
+        (FailureKind.USER_CODE_ERROR, "zipfile.BadZipFile: File is not a zip file")
+    ]
+    assert evs[0].line_no == 12
+    # the same text cut before its exception line gives nothing (no guess from frames)
+    assert classify_text(EARTH2STUDIO_217.rsplit("zipfile.BadZipFile", 1)[0], 1) == (
+        classify_text("", 1)
+    )
+
+
+def test_windows_torch_load_frames_name_a_checkpoint_error() -> None:
+    assert _kind(ABLOOPER_2) is FailureKind.CHECKPOINT_ERROR

@@ -106,6 +106,7 @@ _MAX_FAILURE_LINES = 8
 _MAX_WINNER_LINES_FIRST = 5  # leave room for one line of each other kind in Failure.evidence
 _MAX_CARRY = 65536  # a partial line longer than this keeps only its head and tail
 _MAX_FRAMES = 8  # innermost frames kept per traceback: the raise site and a few wrappers
+_LOOKAHEAD_LINES = 8  # after a frame header: its source (3.11+: several), carets, the exception
 _MAX_FRAME_KEYS = 64  # tracebacks tracked at once (one per rank prefix)
 
 
@@ -772,6 +773,9 @@ _EXC_LINE = re.compile(
 _EXC_NOT_USER_CODE = frozenset(
     {"ChildFailedError", "CalledProcessError", "ProcessExitedException", "ProcessRaisedException"}
 )
+# An exception line whose class name has no trigger in it, read only right after a frame
+# (``_exception_after_frame``): a dotted name, the last part capitalized, then ": " or nothing.
+_BARE_EXC = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::\s|\s*$)")
 # An exception's repr, as loggers and hydra's instantiate print a caught one:
 # TypeError("Trainer.__init__() got an unexpected keyword argument 'num_processes'")
 _EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\((?:['\"]|\))")
@@ -930,6 +934,7 @@ class StreamClassifier:
         # 200507 [worker_base.py:148] Traceback ..."), as its shape (digits as 0), per rank:
         # its frames and exception line carry the same prefix, with other timestamps.
         self._tb_prefix: dict[int | None, str] = {}
+        self._frame_just_seen = False  # the line just classified was a frame header
         self._first: dict[FailureKind, list[Evidence]] = {}
         self._last: dict[FailureKind, deque[Evidence]] = {}
 
@@ -1056,10 +1061,46 @@ class StreamClassifier:
             if ev is not None:
                 found.append(ev)
                 self._keep(ev)
+            if self._frame_just_seen:
+                self._frame_just_seen = False
+                ev = self._exception_after_frame(buf, line_end, end, line_no)
+                if ev is not None:
+                    found.append(ev)
+                    self._keep(ev)
             hit = _TRIGGER_RX.search(buf, line_end, end)  # the next line with a trigger
         return found
 
-    def _classify_line(self, line: str, line_no: int) -> Evidence | None:
+    def _exception_after_frame(self, buf: str, pos: int, end: int, line_no: int) -> Evidence | None:
+        """The exception line that ends a traceback, when its class name has no trigger in it
+        (``zipfile.BadZipFile: File is not a zip file``, ``SystemExit: 1``): the first line
+        after a frame's source and caret lines that starts at the frame's own margin. Only
+        these few lines after a frame header are read outside the trigger search."""
+        for _ in range(_LOOKAHEAD_LINES):
+            if pos >= end:
+                return None
+            pos += 2 if buf.startswith("\r\n", pos) else 1
+            line_no += 1
+            eol = _EOL.search(buf, pos, end)
+            stop = eol.start() if eol is not None else end
+            line = buf[pos:stop]
+            if _TRIGGER_RX.search(line) is not None:
+                return None  # the trigger search reads it (a frame, an Error line)
+            rank, body = _split_prefix(line)
+            if body.startswith("E   "):
+                body = body[1:]
+            if self._tb_prefix:
+                body = self._peel_logger_prefix(rank, body)
+            if body[:1] in (" ", "\t", "~", "^"):
+                pos = stop
+                continue  # echoed source, a caret line
+            if rank not in self._frames or _BARE_EXC.match(body) is None:
+                return None
+            return self._classify_line(line, line_no, after_frame=True)
+        return None
+
+    def _classify_line(
+        self, line: str, line_no: int, *, after_frame: bool = False
+    ) -> Evidence | None:
         rank, body = _split_prefix(line)
         if body.startswith("E   "):
             body = body[1:]  # pytest's failure marker; the indentation after it is the line's
@@ -1083,6 +1124,7 @@ class StreamClassifier:
         frame = parse_frame(body)
         if frame is not None:
             self._note_frame(rank, frame)
+            self._frame_just_seen = True
             return None
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
@@ -1124,6 +1166,8 @@ class StreamClassifier:
         # Any other exception line is the script's own error, traceback header seen or not
         # (pasted and saved logs often lose it); launcher wrappers excluded.
         m = _EXC_LINE.search(body)
+        if m is None and after_frame:
+            m = _BARE_EXC.match(body)
         if m is None:
             # An exception's repr quoted in a message ("Error executing job: TypeError(\"
             # Trainer.__init__() got an unexpected keyword argument ...\")", hydra): the

@@ -32,6 +32,8 @@ _RICH = re.compile(r"\s*│\s*(\S+\.pyw?):\d+ in ([\w<>.]+)")
 # Frames that only pass an exception through (a validator library raising on behalf of its
 # model, a decorator, an import machinery trampoline, dataclasses' generated __init__): the
 # raise site that names the kind is the first frame outside them.
+_SLASHES = re.compile(r"/{2,}")  # a doubled "\\\\" (JSON-escaped error files print paths so)
+
 _PASS_THROUGH = re.compile(
     r"^<|/(?:pydantic|pydantic_core|json|importlib)/"
     r"|/(?:functools|contextlib|typing|abc|enum|dataclasses|copy|typing_extensions)\.py$"
@@ -282,7 +284,7 @@ def parse_frame(body: str) -> tuple[str, str] | None:
     m = _PLAIN.match(body) or _RICH.match(body)
     if m is None:
         return None
-    return "/" + m.group(1).replace("\\", "/").lstrip("/"), m.group(2)
+    return "/" + _SLASHES.sub("/", m.group(1).replace("\\", "/")).lstrip("/"), m.group(2)
 
 
 def frame_kind(frames: Sequence[tuple[str, str]], exc: str) -> str | None:
