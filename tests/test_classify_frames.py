@@ -297,3 +297,29 @@ def test_exception_line_without_a_trigger_is_read_after_its_frames() -> None:
 
 def test_windows_torch_load_frames_name_a_checkpoint_error() -> None:
     assert _kind(ABLOOPER_2) is FailureKind.CHECKPOINT_ERROR
+
+
+def _corpus(name: str) -> str:
+    from pathlib import Path
+
+    return (Path(__file__).parent / "data" / "corpus" / name).read_text(encoding="utf-8")
+
+
+def test_cut_traceback_through_a_closed_function_names_its_kind() -> None:
+    """huggingface/accelerate#2578 (tests/data/corpus, tune): the excerpt stops inside
+    DeepSpeedConfig._configure_train_batch_size -> _batch_assertion, functions that only check
+    the config's batch numbers: a config error although its exception line is cut off."""
+    text = _corpus("failures/ds_config_error/pytest-E-prefixed-zero3-batch-assertion-2578.log")
+    assert _kind(text) is FailureKind.DS_CONFIG_ERROR
+    sc = StreamClassifier()
+    assert not any(ev.kind is FailureKind.DS_CONFIG_ERROR for ev in sc.feed(text + "\n"))
+    (ev,) = [ev for ev in sc.close() if ev.kind is FailureKind.DS_CONFIG_ERROR]
+    assert not ev.fatal and "_configure_train_batch_size" in ev.text
+
+
+def test_a_closed_function_does_not_outrank_the_exception_that_ended_its_traceback() -> None:
+    """turboderp/exllama#225 (tests/data/corpus, tune): Ctrl-C while torch's extension builder
+    waited on another build's lock; the traceback ends in KeyboardInterrupt, which decides."""
+    text = _corpus("failures/hang/exllama-file-baton-wait-ctrl-c-225.log")
+    failure = classify_text(text, 1)
+    assert failure is not None and failure.kind is not FailureKind.DS_BUILD_ERROR

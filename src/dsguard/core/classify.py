@@ -37,7 +37,7 @@ from enum import StrEnum
 from typing import Any
 
 from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
-from dsguard.core.frames import frame_kind, in_shared_memory, parse_frame
+from dsguard.core.frames import closed_frame_kind, frame_kind, in_shared_memory, parse_frame
 
 __all__ = [
     "Evidence",
@@ -935,6 +935,11 @@ class StreamClassifier:
         # its frames and exception line carry the same prefix, with other timestamps.
         self._tb_prefix: dict[int | None, str] = {}
         self._frame_just_seen = False  # the line just classified was a frame header
+        # Per rank: the first frame of the current traceback that names its kind on its own
+        # (frames.closed_frame_kind), reported only if the traceback never reaches its
+        # exception line (an excerpt cut mid-traceback); _pending holds those to report.
+        self._cut_hint: dict[int | None, Evidence] = {}
+        self._pending: list[Evidence] = []
         self._first: dict[FailureKind, list[Evidence]] = {}
         self._last: dict[FailureKind, deque[Evidence]] = {}
 
@@ -982,17 +987,20 @@ class StreamClassifier:
         return found
 
     def close(self) -> list[Evidence]:
-        """Flush the last partial line (output that ended without a newline)."""
+        """Flush the last partial line (output that ended without a newline), and report the
+        tracebacks still open: cut before their exception line (see ``_cut_hint``)."""
         self._pending_cr = False
-        if not self._carry:
-            return []
-        tail, self._carry = self._carry, ""
-        found = self._scan(tail + "\n", len(tail) + 1)
-        if self._partial_fatal is not None:
-            done, self._partial_fatal = self._partial_fatal, None
-            found = [ev for ev in found if not (ev.fatal and ev.line_no == done)]
-        self._lines += 1
-        return found
+        found: list[Evidence] = []
+        if self._carry:
+            tail, self._carry = self._carry, ""
+            found = self._scan(tail + "\n", len(tail) + 1)
+            if self._partial_fatal is not None:
+                done, self._partial_fatal = self._partial_fatal, None
+                found = [ev for ev in found if not (ev.fatal and ev.line_no == done)]
+            self._lines += 1
+        self._pending += self._cut_hint.values()
+        self._cut_hint.clear()
+        return found + self._flush_pending()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -1068,7 +1076,15 @@ class StreamClassifier:
                     found.append(ev)
                     self._keep(ev)
             hit = _TRIGGER_RX.search(buf, line_end, end)  # the next line with a trigger
+        if self._pending:
+            found += self._flush_pending()
         return found
+
+    def _flush_pending(self) -> list[Evidence]:
+        pending, self._pending = self._pending, []
+        for ev in pending:
+            self._keep(ev)
+        return pending
 
     def _exception_after_frame(self, buf: str, pos: int, end: int, line_no: int) -> Evidence | None:
         """The exception line that ends a traceback, when its class name has no trigger in it
@@ -1108,9 +1124,7 @@ class StreamClassifier:
             body = self._peel_logger_prefix(rank, body)
         header = body.find(_TRACEBACK)
         if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
-            self._build_frames = False
-            self._frames.pop(rank, None)
-            self._note_logger_prefix(rank, body[:header])
+            self._start_traceback(rank, body[:header])
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
@@ -1118,13 +1132,19 @@ class StreamClassifier:
             body = body[:header]
             if _TRIGGER_RX.search(body) is None:
                 return None
+        frame = parse_frame(body)
         if _BUILD_FRAME.search(body) is not None:
             self._build_frames = True  # this traceback runs through DeepSpeed's op builder
-            return None
-        frame = parse_frame(body)
+            if frame is None:
+                return None
         if frame is not None:
             self._note_frame(rank, frame)
-            self._frame_just_seen = True
+            closed = closed_frame_kind(frame)
+            if closed is not None and rank not in self._cut_hint:
+                self._cut_hint[rank] = _make_evidence(
+                    FailureKind(closed), rank, body=body, line=line, line_no=line_no,
+                    match_end=len(line),
+                )  # fmt: skip
             return None
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
@@ -1153,7 +1173,11 @@ class StreamClassifier:
                 return make(kind, m, weak=True)
         for rule_kind, rule in _RULES:
             if (m := rule.search(body)) is not None:
-                frames = self._frames.pop(rank, None) if _EXC_LINE.search(body) else None
+                frames = None
+                if _EXC_LINE.search(body) is not None or _BARE_EXC.match(body) is not None:
+                    # an exception line (KeyboardInterrupt too) ends its traceback
+                    frames = self._frames.pop(rank, None)
+                    self._cut_hint.pop(rank, None)
                 if rule_kind is FailureKind.DISK_FULL and frames and in_shared_memory(frames):
                     return make(FailureKind.HOST_OOM, m)  # ENOSPC of /dev/shm: RAM, not disk
                 return make(rule_kind, m)
@@ -1176,21 +1200,40 @@ class StreamClassifier:
             if r is not None and r.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             return None
+        ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1])
+        if ended is None:
+            return None
+        if ended is FailureKind.DS_BUILD_ERROR:
+            return make(ended, m)
+        return make(ended, m, weak=line_no <= self._ignored_until)
+
+    def _end_traceback(self, rank: int | None, name: str) -> FailureKind | None:
+        """The kind of the exception ``name`` that ends the rank's traceback (None: a launcher
+        wrapper, which says only that a child failed)."""
         frames = self._frames.pop(rank, None)
-        self._tb_prefix.pop(rank, None)  # the exception line ends its traceback
+        self._tb_prefix.pop(rank, None)
+        self._cut_hint.pop(rank, None)
         if self._build_frames:
             # The innermost exception of a traceback through the op builder or torch's
             # extension builder (a CalledProcessError of ninja included) is a build failure.
             self._build_frames = False
-            return make(FailureKind.DS_BUILD_ERROR, m)
-        name = m.group(1).rsplit(".", 1)[-1]
+            return FailureKind.DS_BUILD_ERROR
         if name in _EXC_NOT_USER_CODE:
             return None
         # A generic exception raised inside a framework's config, checkpoint-loading or c10d
         # code is that kind of failure; raised anywhere else it is the script's own.
         named = frame_kind(frames, name) if frames else None
-        kind = FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
-        return make(kind, m, weak=line_no <= self._ignored_until)
+        return FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
+
+    def _start_traceback(self, rank: int | None, prefix: str) -> None:
+        """A traceback header: forget the rank's previous traceback (reporting it if it was
+        cut before its exception line) and remember the header's logger prefix."""
+        self._build_frames = False
+        self._frames.pop(rank, None)
+        cut = self._cut_hint.pop(rank, None)
+        if cut is not None:
+            self._pending.append(cut)
+        self._note_logger_prefix(rank, prefix)
 
     def _note_logger_prefix(self, rank: int | None, prefix: str) -> None:
         """Remember a logger prefix before a traceback header (not prose glued before it, which
@@ -1211,6 +1254,7 @@ class StreamClassifier:
         return body[len(shape) :]
 
     def _note_frame(self, rank: int | None, frame: tuple[str, str]) -> None:
+        self._frame_just_seen = True
         frames = self._frames.get(rank)
         if frames is None:
             if len(self._frames) >= _MAX_FRAME_KEYS:

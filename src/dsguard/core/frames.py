@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["BUILD_FRAME", "frame_kind", "in_shared_memory", "parse_frame"]
+__all__ = ["BUILD_FRAME", "closed_frame_kind", "frame_kind", "in_shared_memory", "parse_frame"]
 
 # A traceback frame inside DeepSpeed's op builder or torch's C++/CUDA extension builder, in
 # Python's ('File ".../op_builder/builder.py", line 9') or IPython's (".../cpp_extension.py in
@@ -311,3 +311,55 @@ def frame_kind(frames: Sequence[tuple[str, str]], exc: str) -> str | None:
 def in_shared_memory(frames: Sequence[tuple[str, str]]) -> bool:
     """True when the innermost frame creates or writes shared memory (see _SHM_FRAME)."""
     return bool(frames) and _SHM_FRAME.search(frames[-1][0]) is not None
+
+
+# Functions whose every failure is of one kind, whatever the exception: they only check a
+# config's numbers, a CUDA/compiler setup, or the fp16 loss scale. A traceback that passes
+# through one names its kind even when the excerpt is cut before the exception line (a paste
+# that stops mid-traceback); any other cut traceback names nothing. Checked in deepspeed 0.18
+# (runtime/config.py, runtime/zero/stage3.py and stage_1_and_2.py _update_scale, which only
+# calls fp16/loss_scaler.py update_scale, whose one raise is "Current loss scale already at
+# minimum"), transformers integrations/deepspeed.py, torch utils/cpp_extension.py.
+_CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
+    (
+        "ds_config_error",
+        re.compile(r"/deepspeed/runtime/config\.py$"),
+        re.compile(
+            r"_batch_assertion|_configure_train_batch_size|_set_batch_related_parameters"
+            r"|_do_error_check"
+        ),
+    ),
+    (
+        "ds_config_error",
+        re.compile(r"/transformers/(?:integrations/)?deepspeed\.py$"),
+        re.compile(r"trainer_config_finalize|trainer_config_process|fill_match"),
+    ),
+    (
+        "loss_divergence",
+        re.compile(r"/deepspeed/runtime/(?:zero/stage3|zero/stage_1_and_2|fp16/\w+)\.py$"),
+        re.compile(r"_update_scale|update_scale"),
+    ),
+    (
+        "ds_build_error",
+        re.compile(r"/op_builder/\w+\.py$"),
+        re.compile(r"assert_no_cuda_mismatch|installed_cuda_version|jit_load|build"),
+    ),
+    (
+        "ds_build_error",
+        re.compile(r"/torch/utils/cpp_extension\.py$"),
+        re.compile(
+            r"_run_ninja_build|verify_ninja_availability|_check_cuda_version"
+            r"|_write_ninja_file_and_build_library|_jit_compile|_build_extension_module"
+            r"|check_compiler_ok_for_platform"
+        ),
+    ),
+)
+
+
+def closed_frame_kind(frame: tuple[str, str]) -> str | None:
+    """The kind a frame of a function in _CLOSED names on its own, or None."""
+    path, func = frame
+    for kind, path_rx, func_rx in _CLOSED:
+        if path_rx.search(path) is not None and func_rx.fullmatch(func) is not None:
+            return kind
+    return None
