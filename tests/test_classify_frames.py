@@ -323,3 +323,47 @@ def test_a_closed_function_does_not_outrank_the_exception_that_ended_its_traceba
     text = _corpus("failures/hang/exllama-file-baton-wait-ctrl-c-225.log")
     failure = classify_text(text, 1)
     assert failure is not None and failure.kind is not FailureKind.DS_BUILD_ERROR
+
+
+# pytorch/pytorch#39623: torch.load in a notebook, IPython 7's frame headers
+PYTORCH_39623_FRAMES = [
+    "~/.local/lib/python3.7/site-packages/torch/serialization.py in load(f, map_location, "
+    "pickle_module, **pickle_load_args)",
+    "~/.local/lib/python3.7/site-packages/torch/serialization.py in _load(zip_file, "
+    "map_location, pickle_module, **pickle_load_args)",
+    "~/.local/lib/python3.7/site-packages/torch/serialization.py in persistent_load(saved_id)",
+]
+
+
+def test_ipython_frames_are_frames() -> None:
+    frames = [parse_frame(line) for line in PYTORCH_39623_FRAMES]
+    assert [f[1] if f else None for f in frames] == ["load", "_load", "persistent_load"]
+    assert frame_kind([f for f in frames if f], "RuntimeError") == "checkpoint_error"
+    # IPython 8, aneeshbhattacharya/Automated-PnID-Symbol-Detection-and-Labelling#1
+    ipy8 = (
+        "File ~/miniconda3/envs/PnID/lib/python3.8/site-packages/torch/serialization.py:920, in "
+        "_legacy_load(f, map_location, pickle_module, **pickle_load_args)"
+    )
+    assert parse_frame(ipy8) == (
+        "/~/miniconda3/envs/PnID/lib/python3.8/site-packages/torch/serialization.py",
+        "_legacy_load",
+    )
+    assert parse_frame("File saved to /tmp/out.py in 3s") is None
+
+
+# yannvgn/laserembeddings#22: a notebook's torch.load of a truncated file, IPython 7 format
+# (the frame header, numbered source lines, the exception at the margin)
+LASEREMBEDDINGS_22 = """\
+/opt/conda/lib/python3.6/site-packages/torch/serialization.py in _legacy_load(f, map_location, pickle_module, **pickle_load_args)
+    700     unpickler = pickle_module.Unpickler(f, **pickle_load_args)
+    701     unpickler.persistent_load = persistent_load
+--> 702     result = unpickler.load()
+    703 
+    704     deserialized_storage_keys = pickle_module.load(f, **pickle_load_args)
+
+UnpicklingError: pickle data was truncated
+"""  # noqa: E501, W291
+
+
+def test_ipython_traceback_through_torch_load_is_a_checkpoint_error() -> None:
+    assert _kind(LASEREMBEDDINGS_22) is FailureKind.CHECKPOINT_ERROR

@@ -286,9 +286,12 @@ _TRIGGERS: tuple[str, ...] = (
     # torch cpp_extension's compiler probe "Command '['which', 'c++']' returned non-zero exit
     # status 1." quoted without its CalledProcessError (shares "w" with "watchdog": cheap)
     "which', '",
-    # -- issue 12, frame attribution (core/frames.py): a traceback frame header, plain or in
-    # rich's box (shares "F" with "FAILED: "; "│" starts nothing healthy output prints often)
-    'File "',
+    # -- issue 12, frame attribution (core/frames.py): a traceback frame header, plain,
+    # IPython 8's ('File ~/x.py:12, in f(...)'), IPython 7's ('~/x.py in f(...)') or in rich's
+    # box (shares "F" with "FAILED: " and "." with ".cc:"; "│" starts nothing healthy output
+    # prints often)
+    "File ",
+    ".py in ",
     "│ /",
 )
 
@@ -935,6 +938,7 @@ class StreamClassifier:
         # its frames and exception line carry the same prefix, with other timestamps.
         self._tb_prefix: dict[int | None, str] = {}
         self._frame_just_seen = False  # the line just classified was a frame header
+        self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
         # Per rank: the first frame of the current traceback that names its kind on its own
         # (frames.closed_frame_kind), reported only if the traceback never reaches its
         # exception line (an excerpt cut mid-traceback); _pending holds those to report.
@@ -1099,17 +1103,21 @@ class StreamClassifier:
             eol = _EOL.search(buf, pos, end)
             stop = eol.start() if eol is not None else end
             line = buf[pos:stop]
-            if _TRIGGER_RX.search(line) is not None:
-                return None  # the trigger search reads it (a frame, an Error line)
+            triggered = _TRIGGER_RX.search(line) is not None
             rank, body = _split_prefix(line)
             if body.startswith("E   "):
                 body = body[1:]
             if self._tb_prefix:
                 body = self._peel_logger_prefix(rank, body)
-            if body[:1] in (" ", "\t", "~", "^"):
+            if body[:1] in (" ", "\t", "~", "^", ""):
+                if triggered and parse_frame(body) is not None:
+                    return None  # the next frame: the trigger search reads it
                 pos = stop
                 continue  # echoed source, a caret line
             if rank not in self._frames or _BARE_EXC.match(body) is None:
+                return None
+            if triggered:  # ("zipfile.BadZipFile: File is not ...") read by the search
+                self._bare_exc_line = line_no
                 return None
             return self._classify_line(line, line_no, after_frame=True)
         return None
@@ -1190,7 +1198,7 @@ class StreamClassifier:
         # Any other exception line is the script's own error, traceback header seen or not
         # (pasted and saved logs often lose it); launcher wrappers excluded.
         m = _EXC_LINE.search(body)
-        if m is None and after_frame:
+        if m is None and (after_frame or line_no == self._bare_exc_line):
             m = _BARE_EXC.match(body)
         if m is None:
             # An exception's repr quoted in a message ("Error executing job: TypeError(\"

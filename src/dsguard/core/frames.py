@@ -28,6 +28,12 @@ BUILD_FRAME = re.compile(
 # as printed; Windows separators are normalised before the table below is consulted.
 _PLAIN = re.compile(r"\s*File \"([^\"\n]+)\", line \d+, in ([^\s,]+)")
 _RICH = re.compile(r"\s*│\s*(\S+\.pyw?):\d+ in ([\w<>.]+)")
+# IPython 8 ("File ~/lib/python3.10/site-packages/torch/serialization.py:789, in load(f, ...)")
+# and IPython 7 ("~/.local/lib/python3.7/site-packages/torch/serialization.py in load(f, ...)"),
+# as Jupyter and Colab print them
+_IPYTHON = re.compile(
+    r"\s*(?:File ([~/]\S*?\.pyw?|[A-Za-z]:\\\S*?\.pyw?):\d+, in |([~/]\S*?\.pyw?) in )([\w<>.]+)\("
+)
 
 # Frames that only pass an exception through (a validator library raising on behalf of its
 # model, a decorator, an import machinery trampoline, dataclasses' generated __init__): the
@@ -282,9 +288,14 @@ _SHM_FRAME = re.compile(
 def parse_frame(body: str) -> tuple[str, str] | None:
     """(path, function) of a traceback frame header line, or None for any other line."""
     m = _PLAIN.match(body) or _RICH.match(body)
-    if m is None:
-        return None
-    return "/" + _SLASHES.sub("/", m.group(1).replace("\\", "/")).lstrip("/"), m.group(2)
+    if m is not None:
+        path, func = m.group(1), m.group(2)
+    else:
+        m = _IPYTHON.match(body)
+        if m is None:
+            return None
+        path, func = m.group(1) or m.group(2), m.group(3)
+    return "/" + _SLASHES.sub("/", path.replace("\\", "/")).lstrip("/"), func
 
 
 def frame_kind(frames: Sequence[tuple[str, str]], exc: str) -> str | None:
