@@ -17,6 +17,13 @@ Design, in two stages, because the watcher sits in the hot path of every output 
    tracebacks (a ``raise RuntimeError("CUDA out of memory")`` shown in a frame is not a CUDA
    OOM), then run the per-kind regexes in priority order.
 
+3. Traceback structure (issue 12; ``core/frames.py``): frame headers (plain, rank- or
+   logger-prefixed, pytest's ``E``, IPython's, rich's) are recorded per rank. An exception
+   line no message rule names is attributed by its raise site, the innermost frame outside
+   pass-through modules: a generic ``ValueError`` raised in DeepSpeed's config classes is a
+   config error, the same class raised in a user's file the user's. Message rules fit
+   wordings; where frameworks raise is what carries over to logs nobody tuned on.
+
 Only an OOM *raised* on a rank is fatal (ends the attempt at once, see ``_RAISED``); words
 that merely mention one are evidence for the verdict at exit (issue 12: a tip, fairseq's
 caught-and-skipped OOM, a batch-size finder's probes had killed healthy runs).
