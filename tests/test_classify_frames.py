@@ -121,6 +121,17 @@ def test_parse_frame_plain_rank_prefixed_pytest_and_rich() -> None:
     assert parse_frame(
         "│ /data/alpaca-lora/finetune_accelerate.py:520 in <module>                            │"
     ) == ("/data/alpaca-lora/finetune_accelerate.py", "<module>")
+    # rich wrapping " in _try_get_data" onto the next line (FoNDUE-HTR/Documentation#13,
+    # tests/data/corpus, tune): the path alone
+    wrapped = (
+        "│ /home/users/g/gabays/kraken-env/lib/python3.8/site-packages/torch/utils/data/"
+        "dataloader.py:1024  │"
+    )
+    assert parse_frame(wrapped) == (
+        "/home/users/g/gabays/kraken-env/lib/python3.8/site-packages/torch/utils/data/"
+        "dataloader.py",
+        "",
+    )
     win = '  File "D:\\Anaconda3\\lib\\site-packages\\torch\\serialization.py", line 650, in _save'
     assert parse_frame(win) == ("/D:/Anaconda3/lib/site-packages/torch/serialization.py", "_save")
     # echoed source and messages are not frames

@@ -27,7 +27,9 @@ BUILD_FRAME = re.compile(
 # ..."), and rich's box form ("│ /x/dataloader.py:1024 in _try_get_data │"). Paths are kept
 # as printed; Windows separators are normalised before the table below is consulted.
 _PLAIN = re.compile(r"\s*File \"([^\"\n]+)\", line \d+, in ([^\s,]+)")
-_RICH = re.compile(r"\s*│\s*(\S+\.pyw?):\d+ in ([\w<>.]+)")
+# (rich wraps " in <func>" onto the next line when the path is long: the path alone is kept,
+# with no function, which only path-wide rows of the table below can match)
+_RICH = re.compile(r"\s*│\s*(\S+\.pyw?):\d+(?: in ([\w<>.]+))?")
 # IPython 8 ("File ~/lib/python3.10/site-packages/torch/serialization.py:789, in load(f, ...)")
 # and IPython 7 ("~/.local/lib/python3.7/site-packages/torch/serialization.py in load(f, ...)"),
 # as Jupyter and Colab print them
@@ -289,7 +291,7 @@ def parse_frame(body: str) -> tuple[str, str] | None:
     """(path, function) of a traceback frame header line, or None for any other line."""
     m = _PLAIN.match(body) or _RICH.match(body)
     if m is not None:
-        path, func = m.group(1), m.group(2)
+        path, func = m.group(1), m.group(2) or ""
     else:
         m = _IPYTHON.match(body)
         if m is None:
