@@ -68,7 +68,8 @@ _NCCL_EXC = frozenset(
 # (kind, path pattern, function pattern or None for any, exception classes). The first frame
 # outside _PASS_THROUGH, counted from the innermost, is looked up; a user's file or any other
 # library gives no kind (the caller keeps user_code_error). Function names were checked in
-# deepspeed 0.18, transformers 4.5x, accelerate 1.x, torch 2.x, peft 0.1x and safetensors.
+# deepspeed 0.19.8, transformers 5.23, accelerate 1.15, torch 2.13, peft 0.21, safetensors 0.8
+# (older releases by the same names: transformers < 4.35 kept it all in transformers/deepspeed.py).
 _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozenset[str]], ...] = (
     # DeepSpeed's config classes: runtime/config.py DeepSpeedConfig (_batch_assertion,
     # _configure_train_batch_size, _do_error_check, get_* readers), config_utils.py
@@ -329,8 +330,8 @@ def in_shared_memory(frames: Sequence[tuple[str, str]]) -> bool:
 # Functions whose every failure is of one kind, whatever the exception: they only check a
 # config's numbers, a CUDA/compiler setup, or the fp16 loss scale. A traceback that passes
 # through one names its kind even when the excerpt is cut before the exception line (a paste
-# that stops mid-traceback); any other cut traceback names nothing. Checked in deepspeed 0.18
-# (runtime/config.py, runtime/zero/stage3.py and stage_1_and_2.py _update_scale, which only
+# that stops mid-traceback); any other cut traceback names nothing. Checked in deepspeed 0.19.8
+# (runtime/config.py; runtime/zero/stage3.py and stage_1_and_2.py _update_scale, which only
 # calls fp16/loss_scaler.py update_scale, whose one raise is "Current loss scale already at
 # minimum"), transformers integrations/deepspeed.py, torch utils/cpp_extension.py.
 _CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
@@ -355,7 +356,7 @@ _CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
     (
         "ds_build_error",
         re.compile(r"/op_builder/\w+\.py$"),
-        re.compile(r"assert_no_cuda_mismatch|installed_cuda_version|jit_load|build"),
+        re.compile(r"assert_no_cuda_mismatch|installed_cuda_version|jit_load|builder"),
     ),
     (
         "ds_build_error",
