@@ -205,7 +205,9 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
     ),
     (
         "checkpoint_error",
-        re.compile(r"/transformers/modeling_utils\.py$"),
+        # (load_sharded_checkpoint moved to trainer_utils.py in 5.x; _find_mismatched_keys
+        # and _load_state_dict_into_model are 4.x names)
+        re.compile(r"/transformers/(?:modeling_utils|trainer_utils)\.py$"),
         re.compile(
             r"load_state_dict|_load_state_dict_into_model|load_sharded_checkpoint"
             r"|_load_pretrained_model|_find_mismatched_keys"
