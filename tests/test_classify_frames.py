@@ -378,3 +378,14 @@ UnpicklingError: pickle data was truncated
 
 def test_ipython_traceback_through_torch_load_is_a_checkpoint_error() -> None:
     assert _kind(LASEREMBEDDINGS_22) is FailureKind.CHECKPOINT_ERROR
+
+
+def test_frames_of_a_traceback_without_its_exception_line_are_not_lent_later() -> None:
+    """ReDet#60's frames cut before their exception line, then training logs (a real HF Trainer
+    line from ymcui/Chinese-LLaMA-Alpaca#534, tests/data/corpus, tune), then CloserLook3D#12's
+    bare exception line: that error is the script's, not a checkpoint error."""
+    cut = REDET_60.rsplit("RuntimeError:", 1)[0]
+    logs = "{'loss': 2.0491, 'learning_rate': 0.0001961913563176343, 'epoch': 0.28}\n" * 50
+    late = "AssertionError: Default process group is not initialized\n"
+    assert _kind(cut + logs + late) is FailureKind.USER_CODE_ERROR
+    assert _kind(cut + late) is FailureKind.CHECKPOINT_ERROR  # right after: its own frames

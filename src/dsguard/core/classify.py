@@ -114,7 +114,10 @@ _MAX_WINNER_LINES_FIRST = 5  # leave room for one line of each other kind in Fai
 _MAX_CARRY = 65536  # a partial line longer than this keeps only its head and tail
 _MAX_FRAMES = 8  # innermost frames kept per traceback: the raise site and a few wrappers
 _LOOKAHEAD_LINES = 8  # after a frame header: its source (3.11+: several), carets, the exception
-_MAX_FRAME_KEYS = 64  # tracebacks tracked at once (one per rank prefix)
+_MAX_FRAME_KEYS = 64
+# Lines from a traceback's last frame header to its exception line: the source (several
+# lines in 3.11+), carets, and other ranks' lines interleaved (tune2's Megatron-LM#878: 10).
+_FRAME_REACH = 40  # tracebacks tracked at once (one per rank prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -940,6 +943,7 @@ class StreamClassifier:
         # The current traceback's frames per rank prefix (None: unprefixed), outermost first,
         # the innermost _MAX_FRAMES kept: where its exception was raised (core/frames.py).
         self._frames: dict[int | None, list[tuple[str, str]]] = {}
+        self._frame_line: dict[int | None, int] = {}  # line_no of each rank's last frame
         # A logger's prefix before the current traceback's header ("2024-08-22 13:50:25 ERROR
         # 200507 [worker_base.py:148] Traceback ..."), as its shape (digits as 0), per rank:
         # its frames and exception line carry the same prefix, with other timestamps.
@@ -1153,7 +1157,7 @@ class StreamClassifier:
             if frame is None:
                 return None
         if frame is not None:
-            self._note_frame(rank, frame)
+            self._note_frame(rank, frame, line_no)
             closed = closed_frame_kind(frame)
             if closed is not None and rank not in self._cut_hint:
                 self._cut_hint[rank] = _make_evidence(
@@ -1191,7 +1195,7 @@ class StreamClassifier:
                 frames = None
                 if _EXC_LINE.search(body) is not None or _BARE_EXC.match(body) is not None:
                     # an exception line (KeyboardInterrupt too) ends its traceback
-                    frames = self._frames.pop(rank, None)
+                    frames = self._pop_frames(rank, line_no)
                     self._cut_hint.pop(rank, None)
                 if rule_kind is FailureKind.DISK_FULL and frames and in_shared_memory(frames):
                     return make(FailureKind.HOST_OOM, m)  # ENOSPC of /dev/shm: RAM, not disk
@@ -1215,17 +1219,17 @@ class StreamClassifier:
             if r is not None and r.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             return None
-        ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1])
+        ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1], line_no)
         if ended is None:
             return None
         if ended is FailureKind.DS_BUILD_ERROR:
             return make(ended, m)
         return make(ended, m, weak=line_no <= self._ignored_until)
 
-    def _end_traceback(self, rank: int | None, name: str) -> FailureKind | None:
+    def _end_traceback(self, rank: int | None, name: str, line_no: int) -> FailureKind | None:
         """The kind of the exception ``name`` that ends the rank's traceback (None: a launcher
         wrapper, which says only that a child failed)."""
-        frames = self._frames.pop(rank, None)
+        frames = self._pop_frames(rank, line_no)
         self._tb_prefix.pop(rank, None)
         self._cut_hint.pop(rank, None)
         if self._build_frames:
@@ -1268,12 +1272,22 @@ class StreamClassifier:
             return body
         return body[len(shape) :]
 
-    def _note_frame(self, rank: int | None, frame: tuple[str, str]) -> None:
+    def _pop_frames(self, rank: int | None, line_no: int) -> list[tuple[str, str]] | None:
+        """The rank's traceback frames, if its last frame is close enough above this exception
+        line to be its own (a traceback whose exception line was never read must not lend its
+        frames to an unrelated error printed later)."""
+        frames = self._frames.pop(rank, None)
+        last = self._frame_line.pop(rank, 0)
+        return frames if line_no - last <= _FRAME_REACH else None
+
+    def _note_frame(self, rank: int | None, frame: tuple[str, str], line_no: int) -> None:
         self._frame_just_seen = True
+        self._frame_line[rank] = line_no
         frames = self._frames.get(rank)
         if frames is None:
             if len(self._frames) >= _MAX_FRAME_KEYS:
                 self._frames.clear()  # garbage prefixes must not grow this without bound
+                self._frame_line.clear()
             frames = self._frames[rank] = []
         frames.append(frame)
         if len(frames) > _MAX_FRAMES:
