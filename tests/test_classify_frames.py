@@ -389,3 +389,21 @@ def test_frames_of_a_traceback_without_its_exception_line_are_not_lent_later() -
     late = "AssertionError: Default process group is not initialized\n"
     assert _kind(cut + logs + late) is FailureKind.USER_CODE_ERROR
     assert _kind(cut + late) is FailureKind.CHECKPOINT_ERROR  # right after: its own frames
+
+
+def test_generated_frozen_and_stdlib_frames_pass_through() -> None:
+    """Frames that only pass an exception on: "<string>" (dataclasses' generated __init__, an
+    interpreter -c; pip's 'File "<string>", line 2, in <module>' in DeepSpeed#2902), importlib's
+    trampolines (DeepSpeed PR #1879), functools' wrappers; accelerate's own
+    utils/dataclasses.py (DeepSpeedPlugin.deepspeed_config_process) is a raise site, not
+    Python's dataclasses.py (both tests/data/corpus, tune)."""
+    string_init = parse_frame('  File "<string>", line 2, in <module>')
+    frozen = parse_frame(
+        '  File "<frozen importlib._bootstrap>", line 219, in _call_with_frames_removed'
+    )
+    functools = ("/usr/lib/python3.10/functools.py", "wrapper")
+    ds_plugin = ("/x/site-packages/accelerate/utils/dataclasses.py", "deepspeed_config_process")
+    assert string_init is not None and frozen is not None
+    for through in (string_init, frozen, functools):
+        assert frame_kind([ds_plugin, through], "ValueError") == "ds_config_error"
+    assert frame_kind([ds_plugin], "ValueError") == "ds_config_error"

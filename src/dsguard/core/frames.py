@@ -37,14 +37,17 @@ _IPYTHON = re.compile(
     r"\s*(?:File ([~/]\S*?\.pyw?|[A-Za-z]:\\\S*?\.pyw?):\d+, in |([~/]\S*?\.pyw?) in )([\w<>.]+)\("
 )
 
-# Frames that only pass an exception through (a validator library raising on behalf of its
-# model, a decorator, an import machinery trampoline, dataclasses' generated __init__): the
-# raise site that names the kind is the first frame outside them.
 _SLASHES = re.compile(r"/{2,}")  # a doubled "\\\\" (JSON-escaped error files print paths so)
 
+# Frames that only pass an exception through (a validator library raising on behalf of its
+# model, a decorator, an import machinery trampoline, dataclasses' generated __init__ in
+# "<string>"): the raise site that names the kind is the first frame outside them.
+# Standard-library modules only under the interpreter's own lib directory: accelerate has a
+# utils/dataclasses.py of its own, which is a raise site.
 _PASS_THROUGH = re.compile(
-    r"^<|/(?:pydantic|pydantic_core|json|importlib)/"
-    r"|/(?:functools|contextlib|typing|abc|enum|dataclasses|copy|typing_extensions)\.py$"
+    r"^/<|/(?:pydantic|pydantic_core)/|/typing_extensions\.py$"
+    r"|/(?:python3\.\d+|Lib)/(?:json/|importlib/"
+    r"|(?:functools|contextlib|typing|abc|enum|dataclasses|copy)\.py$)"
     r"|/torch/distributed/c10d_logger\.py$|/torch/utils/_contextlib\.py$"
 )
 
