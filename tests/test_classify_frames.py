@@ -407,3 +407,10 @@ def test_generated_frozen_and_stdlib_frames_pass_through() -> None:
     for through in (string_init, frozen, functools):
         assert frame_kind([ds_plugin, through], "ValueError") == "ds_config_error"
     assert frame_kind([ds_plugin], "ValueError") == "ds_config_error"
+
+
+def test_a_lone_word_after_a_cut_traceback_is_not_an_exception() -> None:
+    """earth2studio#217 cut before its exception line, then a reporter's one-word line: no
+    exception is invented from it (a plain name counts only with ": message" after it)."""
+    cut = EARTH2STUDIO_217.rsplit("zipfile.BadZipFile", 1)[0]
+    assert classify_text(cut + "Thanks\n", 1) == classify_text("", 1)

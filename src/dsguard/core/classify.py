@@ -787,8 +787,12 @@ _EXC_NOT_USER_CODE = frozenset(
     {"ChildFailedError", "CalledProcessError", "ProcessExitedException", "ProcessRaisedException"}
 )
 # An exception line whose class name has no trigger in it, read only right after a frame
-# (``_exception_after_frame``): a dotted name, the last part capitalized, then ": " or nothing.
-_BARE_EXC = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::\s|\s*$)")
+# (``_exception_after_frame``): a dotted name alone or with a message ("zipfile.BadZipFile:
+# File is not a zip file"), or a plain one with a message ("SystemExit: 1"); not a lone
+# capitalised word, which after a cut traceback is as likely the reporter's prose ("Thanks").
+_BARE_EXC = re.compile(r"((?:[A-Za-z_]\w*\.)+[A-Z]\w*(?=:\s|\s*$)|[A-Z]\w*(?=:\s))")
+# Any line that may end a traceback, judged by a rule (KeyboardInterrupt, alone on its line)
+_ENDS_TRACEBACK = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s|\s*$)")
 # An exception's repr, as loggers and hydra's instantiate print a caught one:
 # TypeError("Trainer.__init__() got an unexpected keyword argument 'num_processes'")
 _EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\((?:['\"]|\))")
@@ -1193,7 +1197,7 @@ class StreamClassifier:
         for rule_kind, rule in _RULES:
             if (m := rule.search(body)) is not None:
                 frames = None
-                if _EXC_LINE.search(body) is not None or _BARE_EXC.match(body) is not None:
+                if _EXC_LINE.search(body) is not None or _ENDS_TRACEBACK.match(body) is not None:
                     # an exception line (KeyboardInterrupt too) ends its traceback
                     frames = self._pop_frames(rank, line_no)
                     self._cut_hint.pop(rank, None)
