@@ -1124,7 +1124,7 @@ class StreamClassifier:
                 body = body[1:]
             if self._tb_prefix:
                 body = self._peel_logger_prefix(rank, body)
-            if body[:1] in (" ", "\t", "~", "^", ""):
+            if body[:1] in (" ", "\t", "~", "^", "-", ""):  # IPython marks the line "--> 12"
                 if triggered and parse_frame(body) is not None:
                     return None  # the next frame: the trigger search reads it
                 pos = stop
