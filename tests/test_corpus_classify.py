@@ -84,8 +84,7 @@ def test_heldout3_accuracy_floor() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12 target not met yet: heldout 91.9% (114/124), unknown 6.5%; "
-    "heldout2 91.1%, unknown 8.9%; heldout3 84.9%, unknown 8.6%; heldout4 82.5%, unknown 12.5%",
+    reason="issue 12 target not met yet: see bench/RESULTS.md (classifier rounds 3-4)",
 )
 def test_heldout_meets_the_issue_targets() -> None:
     """The issue's targets: >= 95% accuracy on logs not tuned on, ``unknown`` below 3%."""

@@ -17,6 +17,13 @@ Design, in two stages, because the watcher sits in the hot path of every output 
    tracebacks (a ``raise RuntimeError("CUDA out of memory")`` shown in a frame is not a CUDA
    OOM), then run the per-kind regexes in priority order.
 
+3. Traceback structure (issue 12; ``core/frames.py``): frame headers (plain, rank- or
+   logger-prefixed, pytest's ``E``, IPython's, rich's) are recorded per rank. An exception
+   line no message rule names is attributed by its raise site, the innermost frame outside
+   pass-through modules: a generic ``ValueError`` raised in DeepSpeed's config classes is a
+   config error, the same class raised in a user's file the user's. Message rules fit
+   wordings; where frameworks raise is what carries over to logs nobody tuned on.
+
 Only an OOM *raised* on a rank is fatal (ends the attempt at once, see ``_RAISED``); words
 that merely mention one are evidence for the verdict at exit (issue 12: a tip, fairseq's
 caught-and-skipped OOM, a batch-size finder's probes had killed healthy runs).
@@ -35,6 +42,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
+from dsguard.core.frames import closed_frame_kind, frame_kind, in_shared_memory, parse_frame
 
 __all__ = [
     "Evidence",
@@ -102,6 +112,12 @@ _KEEP_PER_KIND = 16  # StreamClassifier keeps the first and the last this many p
 _MAX_FAILURE_LINES = 8
 _MAX_WINNER_LINES_FIRST = 5  # leave room for one line of each other kind in Failure.evidence
 _MAX_CARRY = 65536  # a partial line longer than this keeps only its head and tail
+_MAX_FRAMES = 8  # innermost frames kept per traceback: the raise site and a few wrappers
+_LOOKAHEAD_LINES = 8  # after a frame header: its source (3.11+: several), carets, the exception
+_MAX_FRAME_KEYS = 64
+# Lines from a traceback's last frame header to its exception line: the source (several
+# lines in 3.11+), carets, and other ranks' lines interleaved (tune2's Megatron-LM#878: 10).
+_FRAME_REACH = 40  # tracebacks tracked at once (one per rank prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +296,13 @@ _TRIGGERS: tuple[str, ...] = (
     # torch cpp_extension's compiler probe "Command '['which', 'c++']' returned non-zero exit
     # status 1." quoted without its CalledProcessError (shares "w" with "watchdog": cheap)
     "which', '",
+    # -- issue 12, frame attribution (core/frames.py): a traceback frame header, plain,
+    # IPython 8's ('File ~/x.py:12, in f(...)'), IPython 7's ('~/x.py in f(...)') or in rich's
+    # box (shares "F" with "FAILED: " and "." with ".cc:"; "│" starts nothing healthy output
+    # prints often)
+    "File ",
+    ".py in ",
+    "│ /",
 )
 
 
@@ -763,6 +786,16 @@ _EXC_LINE = re.compile(
 _EXC_NOT_USER_CODE = frozenset(
     {"ChildFailedError", "CalledProcessError", "ProcessExitedException", "ProcessRaisedException"}
 )
+# An exception line whose class name has no trigger in it, read only right after a frame
+# (``_exception_after_frame``): a dotted name alone or with a message ("zipfile.BadZipFile:
+# File is not a zip file"), or a plain one with a message ("SystemExit: 1"); not a lone
+# capitalised word, which after a cut traceback is as likely the reporter's prose ("Thanks").
+_BARE_EXC = re.compile(r"((?:[A-Za-z_]\w*\.)+[A-Z]\w*(?=:\s|\s*$)|[A-Z]\w*(?=:\s))")
+# Any line that may end a traceback, judged by a rule (KeyboardInterrupt, alone on its line)
+_ENDS_TRACEBACK = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s|\s*$)")
+# An exception's repr, as loggers and hydra's instantiate print a caught one:
+# TypeError("Trainer.__init__() got an unexpected keyword argument 'num_processes'")
+_EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\((?:['\"]|\))")
 # An exception *raised* on this line: Python's last traceback line ("torch.OutOfMemoryError:
 # CUDA out of memory ...", rank-prefixed or glued after a tqdm bar's "]") or C++'s
 # "terminate called after throwing ..." / "  what():  ...". Only such a line may end an
@@ -779,14 +812,6 @@ _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 # never loaded, usually because something failed first; DeepSpeed#1846).
 _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (FailureKind.DS_BUILD_ERROR, re.compile(r"object has no attribute 'ds_opt_adam'")),
-)
-# A traceback frame inside DeepSpeed's op builder or torch's C++/CUDA extension builder, in
-# Python's ('File ".../op_builder/builder.py", line 9') or IPython's (".../cpp_extension.py in
-# _run_ninja_build(...)") format.
-# (Linear on a 1 MB line: each branch starts at one literal, and no two unbounded runs meet.)
-_BUILD_FRAME = re.compile(
-    r"File \"[^\"\n]*(?:op_builder|torch/utils/cpp_extension\.py)[^\"\n]*\", line "
-    r"|^\S*(?:op_builder/\S*|torch/utils/cpp_extension\.py) in \w"
 )
 _IGNORED = "Exception ignored in"
 _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is noise
@@ -808,6 +833,13 @@ _TRACEBACK = "Traceback (most recent call last)"
 # the C10d store has failed. ..."), a message although it is indented and starts with a quote.
 _JSON_MESSAGE = re.compile(r"\"message\": \"")
 
+# A logger's line prefix before a traceback header: a timestamp, level or source location
+# ("2024-08-22 13:50:25 ERROR 200507 [worker_base.py:148] ", "Jul 13 21:22:34 ",
+# "(RayWorker pid=4242) ", loguru's "... | ERROR    | __main__:main:12 - "), at most 120
+# characters, with a digit, bracket or bar in it and ending in whitespace; prose glued
+# before a header ("Scheduler hit an exception: ") ends in a colon and is not one.
+_LOGGER_PREFIX = re.compile(r"(?=.{1,120}$)(?=.*[\d\[\]()|]).*[^\s:]\s+")
+_DIGIT = re.compile(r"\d")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _EOL = re.compile(r"[\r\n]")
 
@@ -912,6 +944,21 @@ class StreamClassifier:
         self._ignored_until = 0  # exception lines up to here follow "Exception ignored in"
         self._partial_fatal: int | None = None  # line_no of a partial line reported fatal
         self._build_frames = False  # the current traceback has a frame in a build module
+        # The current traceback's frames per rank prefix (None: unprefixed), outermost first,
+        # the innermost _MAX_FRAMES kept: where its exception was raised (core/frames.py).
+        self._frames: dict[int | None, list[tuple[str, str]]] = {}
+        self._frame_line: dict[int | None, int] = {}  # line_no of each rank's last frame
+        # A logger's prefix before the current traceback's header ("2024-08-22 13:50:25 ERROR
+        # 200507 [worker_base.py:148] Traceback ..."), as its shape (digits as 0), per rank:
+        # its frames and exception line carry the same prefix, with other timestamps.
+        self._tb_prefix: dict[int | None, str] = {}
+        self._frame_just_seen = False  # the line just classified was a frame header
+        self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
+        # Per rank: the first frame of the current traceback that names its kind on its own
+        # (frames.closed_frame_kind), reported only if the traceback never reaches its
+        # exception line (an excerpt cut mid-traceback); _pending holds those to report.
+        self._cut_hint: dict[int | None, Evidence] = {}
+        self._pending: list[Evidence] = []
         self._first: dict[FailureKind, list[Evidence]] = {}
         self._last: dict[FailureKind, deque[Evidence]] = {}
 
@@ -959,17 +1006,20 @@ class StreamClassifier:
         return found
 
     def close(self) -> list[Evidence]:
-        """Flush the last partial line (output that ended without a newline)."""
+        """Flush the last partial line (output that ended without a newline), and report the
+        tracebacks still open: cut before their exception line (see ``_cut_hint``)."""
         self._pending_cr = False
-        if not self._carry:
-            return []
-        tail, self._carry = self._carry, ""
-        found = self._scan(tail + "\n", len(tail) + 1)
-        if self._partial_fatal is not None:
-            done, self._partial_fatal = self._partial_fatal, None
-            found = [ev for ev in found if not (ev.fatal and ev.line_no == done)]
-        self._lines += 1
-        return found
+        found: list[Evidence] = []
+        if self._carry:
+            tail, self._carry = self._carry, ""
+            found = self._scan(tail + "\n", len(tail) + 1)
+            if self._partial_fatal is not None:
+                done, self._partial_fatal = self._partial_fatal, None
+                found = [ev for ev in found if not (ev.fatal and ev.line_no == done)]
+            self._lines += 1
+        self._pending += self._cut_hint.values()
+        self._cut_hint.clear()
+        return found + self._flush_pending()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -1038,14 +1088,66 @@ class StreamClassifier:
             if ev is not None:
                 found.append(ev)
                 self._keep(ev)
+            if self._frame_just_seen:
+                self._frame_just_seen = False
+                ev = self._exception_after_frame(buf, line_end, end, line_no)
+                if ev is not None:
+                    found.append(ev)
+                    self._keep(ev)
             hit = _TRIGGER_RX.search(buf, line_end, end)  # the next line with a trigger
+        if self._pending:
+            found += self._flush_pending()
         return found
 
-    def _classify_line(self, line: str, line_no: int) -> Evidence | None:
+    def _flush_pending(self) -> list[Evidence]:
+        pending, self._pending = self._pending, []
+        for ev in pending:
+            self._keep(ev)
+        return pending
+
+    def _exception_after_frame(self, buf: str, pos: int, end: int, line_no: int) -> Evidence | None:
+        """The exception line that ends a traceback, when its class name has no trigger in it
+        (``zipfile.BadZipFile: File is not a zip file``, ``SystemExit: 1``): the first line
+        after a frame's source and caret lines that starts at the frame's own margin. Only
+        these few lines after a frame header are read outside the trigger search."""
+        for _ in range(_LOOKAHEAD_LINES):
+            if pos >= end:
+                return None
+            pos += 2 if buf.startswith("\r\n", pos) else 1
+            line_no += 1
+            eol = _EOL.search(buf, pos, end)
+            stop = eol.start() if eol is not None else end
+            line = buf[pos:stop]
+            triggered = _TRIGGER_RX.search(line) is not None
+            rank, body = _split_prefix(line)
+            if body.startswith("E   "):
+                body = body[1:]
+            if self._tb_prefix:
+                body = self._peel_logger_prefix(rank, body)
+            if body[:1] in (" ", "\t", "~", "^", "-", ""):  # IPython marks the line "--> 12"
+                if triggered and parse_frame(body) is not None:
+                    return None  # the next frame: the trigger search reads it
+                pos = stop
+                continue  # echoed source, a caret line
+            if rank not in self._frames or _BARE_EXC.match(body) is None:
+                return None
+            if triggered:  # ("zipfile.BadZipFile: File is not ...") read by the search
+                self._bare_exc_line = line_no
+                return None
+            return self._classify_line(line, line_no, after_frame=True)
+        return None
+
+    def _classify_line(
+        self, line: str, line_no: int, *, after_frame: bool = False
+    ) -> Evidence | None:
         rank, body = _split_prefix(line)
+        if body.startswith("E   "):
+            body = body[1:]  # pytest's failure marker; the indentation after it is the line's
+        if self._tb_prefix:
+            body = self._peel_logger_prefix(rank, body)
         header = body.find(_TRACEBACK)
         if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
-            self._build_frames = False
+            self._start_traceback(rank, body[:header])
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
@@ -1053,8 +1155,19 @@ class StreamClassifier:
             body = body[:header]
             if _TRIGGER_RX.search(body) is None:
                 return None
+        frame = parse_frame(body)
         if _BUILD_FRAME.search(body) is not None:
             self._build_frames = True  # this traceback runs through DeepSpeed's op builder
+            if frame is None:
+                return None
+        if frame is not None:
+            self._note_frame(rank, frame, line_no)
+            closed = closed_frame_kind(frame)
+            if closed is not None and rank not in self._cut_hint:
+                self._cut_hint[rank] = _make_evidence(
+                    FailureKind(closed), rank, body=body, line=line, line_no=line_no,
+                    match_end=len(line),
+                )  # fmt: skip
             return None
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
@@ -1081,9 +1194,16 @@ class StreamClassifier:
         for kind, rule in _WEAK_RULES:
             if (m := rule.search(body)) is not None:
                 return make(kind, m, weak=True)
-        for kind, rule in _RULES:
+        for rule_kind, rule in _RULES:
             if (m := rule.search(body)) is not None:
-                return make(kind, m)
+                frames = None
+                if _EXC_LINE.search(body) is not None or _ENDS_TRACEBACK.match(body) is not None:
+                    # an exception line (KeyboardInterrupt too) ends its traceback
+                    frames = self._pop_frames(rank, line_no)
+                    self._cut_hint.pop(rank, None)
+                if rule_kind is FailureKind.DISK_FULL and frames and in_shared_memory(frames):
+                    return make(FailureKind.HOST_OOM, m)  # ENOSPC of /dev/shm: RAM, not disk
+                return make(rule_kind, m)
         for rx, fixed in _SIGNAL_DEATH:
             if (m := rx.search(body)) is not None:
                 sig = fixed if fixed is not None else int(m.group(1))
@@ -1093,14 +1213,89 @@ class StreamClassifier:
         # Any other exception line is the script's own error, traceback header seen or not
         # (pasted and saved logs often lose it); launcher wrappers excluded.
         m = _EXC_LINE.search(body)
-        if m is not None and self._build_frames:
+        if m is None and (after_frame or line_no == self._bare_exc_line):
+            m = _BARE_EXC.match(body)
+        if m is None:
+            # An exception's repr quoted in a message ("Error executing job: TypeError(\"
+            # Trainer.__init__() got an unexpected keyword argument ...\")", hydra): the
+            # script's error, when nothing more specific explains the death.
+            r = _EXC_REPR.search(body)
+            if r is not None and r.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
+                return make(FailureKind.USER_CODE_ERROR, r, weak=True)
+            return None
+        ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1], line_no)
+        if ended is None:
+            return None
+        if ended is FailureKind.DS_BUILD_ERROR:
+            return make(ended, m)
+        return make(ended, m, weak=line_no <= self._ignored_until)
+
+    def _end_traceback(self, rank: int | None, name: str, line_no: int) -> FailureKind | None:
+        """The kind of the exception ``name`` that ends the rank's traceback (None: a launcher
+        wrapper, which says only that a child failed)."""
+        frames = self._pop_frames(rank, line_no)
+        self._tb_prefix.pop(rank, None)
+        self._cut_hint.pop(rank, None)
+        if self._build_frames:
             # The innermost exception of a traceback through the op builder or torch's
             # extension builder (a CalledProcessError of ninja included) is a build failure.
             self._build_frames = False
-            return make(FailureKind.DS_BUILD_ERROR, m)
-        if m is not None and m.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
-            return make(FailureKind.USER_CODE_ERROR, m, weak=line_no <= self._ignored_until)
-        return None
+            return FailureKind.DS_BUILD_ERROR
+        if name in _EXC_NOT_USER_CODE:
+            return None
+        # A generic exception raised inside a framework's config, checkpoint-loading or c10d
+        # code is that kind of failure; raised anywhere else it is the script's own.
+        named = frame_kind(frames, name) if frames else None
+        return FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
+
+    def _start_traceback(self, rank: int | None, prefix: str) -> None:
+        """A traceback header: forget the rank's previous traceback (reporting it if it was
+        cut before its exception line) and remember the header's logger prefix."""
+        self._build_frames = False
+        self._frames.pop(rank, None)
+        cut = self._cut_hint.pop(rank, None)
+        if cut is not None:
+            self._pending.append(cut)
+        self._note_logger_prefix(rank, prefix)
+
+    def _note_logger_prefix(self, rank: int | None, prefix: str) -> None:
+        """Remember a logger prefix before a traceback header (not prose glued before it, which
+        ends in a space-less word or a colon: "Scheduler hit an exception: Traceback ...")."""
+        if _LOGGER_PREFIX.fullmatch(prefix) is None:
+            self._tb_prefix.pop(rank, None)
+            return
+        if len(self._tb_prefix) >= _MAX_FRAME_KEYS:
+            self._tb_prefix.clear()
+        self._tb_prefix[rank] = _DIGIT.sub("0", prefix)
+
+    def _peel_logger_prefix(self, rank: int | None, body: str) -> str:
+        shape = self._tb_prefix.get(rank)
+        if shape is None or len(body) <= len(shape):
+            return body
+        if _DIGIT.sub("0", body[: len(shape)]) != shape:
+            return body
+        return body[len(shape) :]
+
+    def _pop_frames(self, rank: int | None, line_no: int) -> list[tuple[str, str]] | None:
+        """The rank's traceback frames, if its last frame is close enough above this exception
+        line to be its own (a traceback whose exception line was never read must not lend its
+        frames to an unrelated error printed later)."""
+        frames = self._frames.pop(rank, None)
+        last = self._frame_line.pop(rank, 0)
+        return frames if line_no - last <= _FRAME_REACH else None
+
+    def _note_frame(self, rank: int | None, frame: tuple[str, str], line_no: int) -> None:
+        self._frame_just_seen = True
+        self._frame_line[rank] = line_no
+        frames = self._frames.get(rank)
+        if frames is None:
+            if len(self._frames) >= _MAX_FRAME_KEYS:
+                self._frames.clear()  # garbage prefixes must not grow this without bound
+                self._frame_line.clear()
+            frames = self._frames[rank] = []
+        frames.append(frame)
+        if len(frames) > _MAX_FRAMES:
+            del frames[0]
 
     def _keep(self, ev: Evidence) -> None:
         first = self._first.setdefault(ev.kind, [])

@@ -1,0 +1,384 @@
+"""Traceback structure for the classifier: which frames name a failure's kind.
+
+A training failure's last exception line often carries a generic class (``ValueError``,
+``AssertionError``, ``RuntimeError``) whose message no rule knows; where in the stack it was
+raised does name the kind. This module holds those facts, pure and stdlib-only, so that
+``classify`` can stay a message matcher with one structural hook.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+__all__ = ["BUILD_FRAME", "closed_frame_kind", "frame_kind", "in_shared_memory", "parse_frame"]
+
+# A traceback frame inside DeepSpeed's op builder or torch's C++/CUDA extension builder, in
+# Python's ('File ".../op_builder/builder.py", line 9') or IPython's (".../cpp_extension.py in
+# _run_ninja_build(...)") format.
+# (Linear on a 1 MB line: each branch starts at one literal, and no two unbounded runs meet.)
+BUILD_FRAME = re.compile(
+    r"File \"[^\"\n]*(?:op_builder|torch/utils/cpp_extension\.py)[^\"\n]*\", line "
+    r"|^\S*(?:op_builder/\S*|torch/utils/cpp_extension\.py) in \w"
+)
+
+# A Python traceback frame header, plain ('  File "/x/config.py", line 966, in _batch_assertion'),
+# rank-prefixed (the prefix is peeled before this runs) or inside a pytest failure ("E     File
+# ..."), and rich's box form ("│ /x/dataloader.py:1024 in _try_get_data │"). Paths are kept
+# as printed; Windows separators are normalised before the table below is consulted.
+_PLAIN = re.compile(r"\s*File \"([^\"\n]+)\", line \d+, in ([^\s,]+)")
+# (rich wraps " in <func>" onto the next line when the path is long: the path alone is kept,
+# with no function, which only path-wide rows of the table below can match)
+_RICH = re.compile(r"\s*│\s*(\S+\.pyw?):\d+(?: in ([\w<>.]+))?")
+# IPython 8 ("File ~/lib/python3.10/site-packages/torch/serialization.py:789, in load(f, ...)")
+# and IPython 7 ("~/.local/lib/python3.7/site-packages/torch/serialization.py in load(f, ...)"),
+# as Jupyter and Colab print them
+_IPYTHON = re.compile(
+    r"\s*(?:File ([~/]\S*?\.pyw?|[A-Za-z]:\\\S*?\.pyw?):\d+, in |([~/]\S*?\.pyw?) in )([\w<>.]+)\("
+)
+
+_SLASHES = re.compile(r"/{2,}")  # a doubled "\\\\" (JSON-escaped error files print paths so)
+
+# Frames that only pass an exception through (a validator library raising on behalf of its
+# model, a decorator, an import machinery trampoline, dataclasses' generated __init__ in
+# "<string>"): the raise site that names the kind is the first frame outside them.
+# Standard-library modules only under the interpreter's own lib directory: accelerate has a
+# utils/dataclasses.py of its own, which is a raise site.
+_PASS_THROUGH = re.compile(
+    r"^/<|/(?:pydantic|pydantic_core)/|/typing_extensions\.py$"
+    r"|/(?:python3\.\d+|Lib)/(?:json/|importlib/"
+    r"|(?:functools|contextlib|typing|abc|enum|dataclasses|copy)\.py$)"
+    r"|/torch/distributed/c10d_logger\.py$|/torch/utils/_contextlib\.py$"
+)
+
+# Exception classes (last dotted component) a frame may re-name, per kind. Only generic classes:
+# a class that names its cause (OutOfMemoryError, KeyboardInterrupt) has a message rule, and
+# ImportError/ModuleNotFoundError are environment errors whichever library raised them.
+_CONFIG_EXC = frozenset(
+    {"ValueError", "AssertionError", "TypeError", "KeyError", "RuntimeError", "Exception",
+     "NotImplementedError", "ValidationError", "DeepSpeedConfigError", "JSONDecodeError"}
+)  # fmt: skip
+_CHECKPOINT_EXC = frozenset(
+    {"RuntimeError", "ValueError", "KeyError", "AssertionError", "Exception", "EOFError",
+     "UnpicklingError", "OSError", "FileNotFoundError", "IsADirectoryError", "SafetensorError",
+     "ZeRORuntimeException", "BadZipFile", "NotImplementedError"}
+)  # fmt: skip
+_NCCL_EXC = frozenset(
+    {"RuntimeError", "DistError", "DistBackendError", "DistNetworkError", "DistStoreError",
+     "TimeoutError", "ConnectionError", "ConnectionResetError", "ConnectionRefusedError"}
+)  # fmt: skip
+
+# (kind, path pattern, function pattern or None for any, exception classes). The first frame
+# outside _PASS_THROUGH, counted from the innermost, is looked up; a user's file or any other
+# library gives no kind (the caller keeps user_code_error). Function names were checked in
+# deepspeed 0.19.8, transformers 5.23, accelerate 1.15, torch 2.13, peft 0.21, safetensors 0.8
+# (older releases by the same names: transformers < 4.35 kept it all in transformers/deepspeed.py).
+_FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozenset[str]], ...] = (
+    # DeepSpeed's config classes: runtime/config.py DeepSpeedConfig (_batch_assertion,
+    # _configure_train_batch_size, _do_error_check, get_* readers), config_utils.py
+    # DeepSpeedConfigModel, zero/config.py, zero/offload_config.py, and the other *config.py
+    # models (activation checkpointing, monitor, comm, aio, compression, inference)
+    ("ds_config_error", re.compile(r"/deepspeed/(?:\w+/)*\w*config\w*\.py$"), None, _CONFIG_EXC),
+    # deepspeed.initialize's own asserts are about the config it was given ("Not sure how to
+    # proceed, we were given deepspeed configs in the deepspeed arguments and
+    # deepspeed.initialize() function call", "DeepSpeed requires --deepspeed_config ...");
+    # runtime/torch_autocast.py checks torch.autocast against the config
+    (
+        "ds_config_error",
+        re.compile(r"/deepspeed/__init__\.py$"),
+        re.compile(r"initialize"),
+        frozenset({"AssertionError"}),
+    ),
+    (
+        "ds_config_error",
+        re.compile(r"/deepspeed/runtime/torch_autocast\.py$"),
+        None,
+        frozenset({"AssertionError", "ValueError"}),
+    ),
+    # DeepSpeedEngine's own configuration checks before any step runs
+    (
+        "ds_config_error",
+        re.compile(r"/deepspeed/runtime/engine\.py$"),
+        re.compile(
+            r"_do_args_sanity_check|_do_sanity_check|_do_optimizer_sanity_check"
+            r"|_configure_(?:optimizer|basic_optimizer|zero_optimizer|fp16_optimizer"
+            r"|bf16_optimizer|lr_scheduler|with_arguments|checkpointing)|_scheduler_from_config"
+        ),
+        _CONFIG_EXC,
+    ),
+    # transformers integrations/deepspeed.py (deepspeed.py before 4.35): HfDeepSpeedConfig,
+    # HfTrainerDeepSpeedConfig's auto-value filling and mismatch check, deepspeed_init
+    (
+        "ds_config_error",
+        re.compile(r"/transformers/(?:integrations/)?deepspeed\.py$"),
+        re.compile(
+            r"__init__|fill_match|fill_only|is_auto|trainer_config_process"
+            r"|trainer_config_finalize|deepspeed_config|deepspeed_optim_sched|deepspeed_init"
+            r"|set_hf_deepspeed_config|propagate_args_to_deepspeed"
+        ),
+        _CONFIG_EXC,
+    ),
+    # accelerate: Accelerator._prepare_deepspeed, DeepSpeedPlugin's config processing
+    # (utils/dataclasses.py; not __post_init__, which every plugin class there has), and
+    # utils/deepspeed.py HfDeepSpeedConfig
+    (
+        "ds_config_error",
+        re.compile(r"/accelerate/accelerator\.py$"),
+        re.compile(r"_prepare_deepspeed"),
+        _CONFIG_EXC,
+    ),
+    (
+        "ds_config_error",
+        re.compile(r"/accelerate/utils/dataclasses\.py$"),
+        re.compile(r"deepspeed_config_process|_deepspeed_config_checks|fill_match"),
+        _CONFIG_EXC,
+    ),
+    (
+        "ds_config_error",
+        re.compile(r"/accelerate/utils/deepspeed\.py$"),
+        re.compile(
+            r"__init__|set_stage_and_offload|find_config_node|get_value"
+            r"|del_config_sub_tree"
+        ),
+        _CONFIG_EXC,
+    ),
+    # Loading a checkpoint: torch.load (not torch.save, whose failures are a full disk or a
+    # missing directory; not _open_file/__init__, shared by both), nn.Module.load_state_dict,
+    # safetensors' loaders, DeepSpeed's engine and optimizer loaders and its checkpoint/
+    # package, transformers' state-dict loaders and Trainer resume, accelerate load_state,
+    # peft adapter loading
+    (
+        "checkpoint_error",
+        re.compile(r"/torch/serialization\.py$"),
+        re.compile(
+            r"load|_load|_legacy_load|legacy_load|persistent_load|load_tensor|_check_seekable"
+            r"|_is_zipfile|restore_location|default_restore_location|_cuda_deserialize"
+            r"|validate_cuda_device|_validate_device|_deserialize|find_class"
+            r"|_get_restore_location|_check_dill_version"
+        ),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/torch/nn/modules/module\.py$"),
+        re.compile(r"load_state_dict|_load_from_state_dict"),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/safetensors/torch\.py$"),
+        re.compile(r"load_file|load|load_model"),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/deepspeed/runtime/engine\.py$"),
+        re.compile(
+            r"load_checkpoint|_load_checkpoint|_load_zero_checkpoint|load_universal_checkpoint"
+            r"|_get_all_zero_checkpoints|_get_all_zero_checkpoint_state_dicts"
+            r"|load_module_state_dict|load_moe_state_dict|_get_all_zero_checkpoint_names"
+        ),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(
+            r"/deepspeed/runtime/(?:zero/stage3|zero/stage_1_and_2|bf16_optimizer"
+            r"|fp16/\w+)\.py$"
+        ),
+        re.compile(
+            r"load_state_dict|_load_legacy_checkpoint|_load_universal_checkpoint"
+            r"|_load_global_state\w*|_rigid_load_state_dict|load_hp_checkpoint_state\w*"
+            r"|load_module_checkpoint_state\w*|_restore_from_bit16_weights"
+            r"|_restore_from_elastic_fp32_weights"
+        ),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/deepspeed/(?:checkpoint/\w+|utils/zero_to_fp32)\.py$"),
+        None,
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/deepspeed/runtime/checkpoint_engine/\w+\.py$"),
+        re.compile(r"load"),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        # (load_sharded_checkpoint moved to trainer_utils.py in 5.x; _find_mismatched_keys
+        # and _load_state_dict_into_model are 4.x names)
+        re.compile(r"/transformers/(?:modeling_utils|trainer_utils)\.py$"),
+        re.compile(
+            r"load_state_dict|_load_state_dict_into_model|load_sharded_checkpoint"
+            r"|_load_pretrained_model|_find_mismatched_keys"
+        ),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/transformers/(?:integrations/)?deepspeed\.py$"),
+        re.compile(r"deepspeed_load_checkpoint|_load_state_dict_into_zero3_model"),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/transformers/trainer\.py$"),
+        re.compile(r"_load_from_checkpoint|_load_rng_state|_load_optimizer_and_scheduler"),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/accelerate/(?:checkpointing|accelerator)\.py$"),
+        re.compile(r"load_accelerator_state|load_custom_state|load_state"),
+        _CHECKPOINT_EXC,
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/peft/utils/save_and_load\.py$"),
+        re.compile(r"load_peft_weights|set_peft_model_state_dict|torch_load"),
+        _CHECKPOINT_EXC,
+    ),
+    # c10d: a collective, barrier or process-group setup that failed in the backend (not the
+    # argument checks: _check_single_tensor, _get_default_group and friends raise for the
+    # caller's mistakes), the rendezvous stores, torchelastic's rendezvous, DeepSpeed's comm
+    # layer over them
+    (
+        "nccl_error",
+        re.compile(r"/torch/distributed/distributed_c10d\.py$"),
+        re.compile(
+            r"all_reduce\w*|all_gather\w*|_all_gather_base|reduce_scatter\w*"
+            r"|_reduce_scatter_base|broadcast\w*|barrier|monitored_barrier|_store_based_barrier"
+            r"|reduce|all_to_all\w*|send|recv|isend|irecv|batch_isend_irecv|gather\w*"
+            r"|scatter\w*|init_process_group|new_group|_new_group_with_tag"
+            r"|_new_process_group_helper|send_object_list|recv_object_list"
+        ),
+        _NCCL_EXC,
+    ),
+    (
+        "nccl_error",
+        re.compile(r"/torch/distributed/rendezvous\.py$"),
+        re.compile(
+            r"_create_c10d_store|_tcp_rendezvous_handler|_env_rendezvous_handler"
+            r"|_create_store_from_options|_rendezvous_helper|rendezvous"
+        ),
+        _NCCL_EXC,
+    ),
+    (
+        "nccl_error",
+        re.compile(r"/torch/distributed/elastic/(?:rendezvous/\w+|utils/store)\.py$"),
+        None,
+        _NCCL_EXC,
+    ),
+    (
+        "nccl_error",
+        re.compile(r"/deepspeed/comm/(?:torch|comm|ccl)\.py$"),
+        re.compile(
+            r"all_reduce\w*|all_gather\w*|reduce_scatter\w*|broadcast\w*|barrier"
+            r"|monitored_barrier|reduce|all_to_all\w*|send|recv|isend|irecv|gather\w*"
+            r"|scatter\w*|init_process_group|new_group|init_distributed"
+        ),
+        _NCCL_EXC,
+    ),
+)
+
+# Shared memory, not a disk: POSIX semaphores and multiprocessing's heap/SharedMemory live
+# in /dev/shm (RAM-backed), as do torch's shared CPU storages passed between DataLoader
+# workers and ranks; ENOSPC raised there is host memory exhausted.
+_SHM_FRAME = re.compile(
+    r"/multiprocessing/(?:synchronize|heap|shared_memory|queues|context)\.py$"
+    r"|/torch/(?:storage|multiprocessing/reductions)\.py$"
+)
+
+
+def parse_frame(body: str) -> tuple[str, str] | None:
+    """(path, function) of a traceback frame header line, or None for any other line."""
+    m = _PLAIN.match(body) or _RICH.match(body)
+    if m is not None:
+        path, func = m.group(1), m.group(2) or ""
+    else:
+        m = _IPYTHON.match(body)
+        if m is None:
+            return None
+        path, func = m.group(1) or m.group(2), m.group(3)
+    return "/" + _SLASHES.sub("/", path.replace("\\", "/")).lstrip("/"), func
+
+
+def frame_kind(frames: Sequence[tuple[str, str]], exc: str) -> str | None:
+    """The kind (a FailureKind value) that the raise site of ``exc`` names, or None.
+
+    ``frames`` are the traceback's frames, outermost first; ``exc`` is the exception class's
+    last dotted component. The innermost frame outside the pass-through modules decides: a
+    framework function whose raises all mean one kind names it, anything else names nothing.
+    """
+    for path, func in reversed(frames):
+        if _PASS_THROUGH.search(path) is not None:
+            continue
+        for kind, path_rx, func_rx, classes in _FRAME_TABLE:
+            if (
+                exc in classes
+                and path_rx.search(path) is not None
+                and (func_rx is None or func_rx.fullmatch(func) is not None)
+            ):
+                return kind
+        return None
+    return None
+
+
+def in_shared_memory(frames: Sequence[tuple[str, str]]) -> bool:
+    """True when the innermost frame creates or writes shared memory (see _SHM_FRAME)."""
+    return bool(frames) and _SHM_FRAME.search(frames[-1][0]) is not None
+
+
+# Functions whose every failure is of one kind, whatever the exception: they only check a
+# config's numbers, a CUDA/compiler setup, or the fp16 loss scale. A traceback that passes
+# through one names its kind even when the excerpt is cut before the exception line (a paste
+# that stops mid-traceback); any other cut traceback names nothing. Checked in deepspeed 0.19.8
+# (runtime/config.py; runtime/zero/stage3.py and stage_1_and_2.py _update_scale, which only
+# calls fp16/loss_scaler.py update_scale, whose one raise is "Current loss scale already at
+# minimum"), transformers integrations/deepspeed.py, torch utils/cpp_extension.py.
+_CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
+    (
+        "ds_config_error",
+        re.compile(r"/deepspeed/runtime/config\.py$"),
+        re.compile(
+            r"_batch_assertion|_configure_train_batch_size|_set_batch_related_parameters"
+            r"|_do_error_check"
+        ),
+    ),
+    (
+        "ds_config_error",
+        re.compile(r"/transformers/(?:integrations/)?deepspeed\.py$"),
+        re.compile(r"trainer_config_finalize|trainer_config_process|fill_match"),
+    ),
+    (
+        "loss_divergence",
+        re.compile(r"/deepspeed/runtime/(?:zero/stage3|zero/stage_1_and_2|fp16/\w+)\.py$"),
+        re.compile(r"_update_scale|update_scale"),
+    ),
+    (
+        "ds_build_error",
+        re.compile(r"/op_builder/\w+\.py$"),
+        re.compile(r"assert_no_cuda_mismatch|installed_cuda_version|jit_load|builder"),
+    ),
+    (
+        "ds_build_error",
+        re.compile(r"/torch/utils/cpp_extension\.py$"),
+        re.compile(
+            r"_run_ninja_build|verify_ninja_availability|_check_cuda_version"
+            r"|_write_ninja_file_and_build_library|_jit_compile|_build_extension_module"
+            r"|check_compiler_ok_for_platform"
+        ),
+    ),
+)
+
+
+def closed_frame_kind(frame: tuple[str, str]) -> str | None:
+    """The kind a frame of a function in _CLOSED names on its own, or None."""
+    path, func = frame
+    for kind, path_rx, func_rx in _CLOSED:
+        if path_rx.search(path) is not None and func_rx.fullmatch(func) is not None:
+            return kind
+    return None
