@@ -36,6 +36,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -68,7 +69,11 @@ MICRO, STEPS = 8, 3
 ENV = {"OMP_NUM_THREADS": "2", "MALLOC_ARENA_MAX": "2", "HF_HUB_OFFLINE": "1",
        "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}  # fmt: skip
 DEFAULT_HOST_OOM = ["dataloader_workers", "pin_memory", "micro_batch", "ds_buckets"]
-VARIANTS = ("fixed", "evidence", "fit-fresh", "fit-warm")
+VARIANTS = ("fixed", "evidence", "fit-fresh", "fit-warm", "cgroup", "cgroup-tight")
+#: The ``cgroup`` variants use the default mechanism (a memory cgroup where one can be made:
+#: resident memory counts, not address space): the same budget, and a tight one near the
+#: resident peak measured here (~0.6 GB at micro 8).
+CGROUP_TIGHT_MIB = 560
 RUN_TIMEOUT_S = 900.0
 
 
@@ -99,7 +104,7 @@ def user_command(assets: Path, out: str = "out") -> list[str]:
         "--do_train", "--per_device_train_batch_size", str(MICRO),
         "--gradient_accumulation_steps", "1", "--max_steps", str(STEPS),
         "--save_steps", "100", "--logging_steps", "1", "--output_dir", out,
-        "--overwrite_output_dir", "--report_to", "none", "--disable_tqdm", "true",
+        "--report_to", "none", "--disable_tqdm", "true",
         "--deepspeed", f"{assets}/ds.json",
     ]  # fmt: skip
 
@@ -144,6 +149,9 @@ def variant_job(base: dict[str, Any], variant: str, work: Path) -> Path:
         limits={**job.get("limits", {}), "backoff_s": [0, 0], "max_attempts": 8},
     )  # fmt: skip
     job["fit"] = variant.startswith("fit")
+    if variant.startswith("cgroup"):
+        mib = CGROUP_TIGHT_MIB if variant == "cgroup-tight" else BUDGET_MIB
+        job["resources"] = {"host_memory_limit": f"{mib}MiB"}
     if variant == "fixed":
         job["ladder"] = {"host_oom": list(DEFAULT_HOST_OOM)}
     path = work / "job.yaml"
@@ -165,6 +173,23 @@ def _move(e: dict[str, Any]) -> str:
     return f"{e.get('rung')}: {e.get('changes')}"
 
 
+def _tried(failure: dict[str, Any]) -> int | None:
+    """The failing allocation's size the failure's evidence names (torch's CPU allocator)."""
+    m = re.search(r"you tried to allocate (\d+) bytes", str(failure.get("evidence", "")))
+    return int(m.group(1)) if m else None
+
+
+def _hf_rate(log: Path) -> float | None:
+    """run_clm's own ``train_samples_per_second`` of the last attempt: dsguard measures no
+    throughput here (an unmodified example has no ``DsguardCallback``, so no heartbeats).
+    Over 3 steps it is rough, but it tells micro 8 from micro 1."""
+    try:
+        m = re.search(r"'train_samples_per_second': '?([\d.]+)", log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return float(m.group(1)) if m else None
+
+
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     started = [e for e in events if e["event"] == "attempt_started"]
     end = next((e for e in events if e["event"] in ("run_succeeded", "run_gave_up")), None)
@@ -179,9 +204,11 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "attempts": len(started),
         "failed_attempts": len(started) - (1 if ok else 0),
         "failure_kinds": [f.get("kind") for f in fails],
-        "tried_bytes": [
-            e.get("tried_bytes") for e in events if e["event"] == "evidence_considered"
-        ],
+        "tried_bytes": [_tried(f) for f in fails],
+        "limit_how": next(
+            (e.get("how") for e in events if e["event"] == "memory_limit_applied"), None
+        ),
+        "failure_evidence": [str(f.get("evidence", ""))[:200] for f in fails],
         "moves": [_move(e) for e in moves],
         "events": {
             k: sum(1 for e in events if e["event"] == k)
@@ -208,6 +235,7 @@ def run_variant(base: dict[str, Any], variant: str, tmp: Path, store: Path) -> d
         proc = subprocess.run(argv, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
                               timeout=RUN_TIMEOUT_S, check=False)  # fmt: skip
     res = summarize(read_jsonl(work / "runs" / "events.jsonl"))
+    res["train_samples_per_s"] = _hf_rate(work / "runs" / f"attempt-{res['attempts']}.log")
     res.update(variant=variant, rc=proc.returncode, wall_s=round(time.monotonic() - t0, 1))
     print(f"  [P5RUNCLM] {variant}: {res['attempts']} attempts, lost {res['lost_s']} s, "
           f"ok={res['succeeded']}", file=sys.stderr, flush=True)  # fmt: skip
@@ -219,8 +247,13 @@ def run_all(tmp: Path, only: set[str] | None = None) -> dict[str, Any]:
     build(assets)
     write_ds_config(assets / "ds.json")
     base, check = init_job(tmp / "init", assets)
-    store = tmp / "store.sqlite"
-    runs = [run_variant(base, v, tmp, store) for v in VARIANTS if not only or v in only]
+    # Each variant its own store (every run writes its outcomes there), but fit-warm reads
+    # the one fit-fresh filled.
+    runs = [
+        run_variant(base, v, tmp, tmp / f"store-{v.replace('-warm', '-fresh')}.sqlite")
+        for v in VARIANTS
+        if not only or v in only
+    ]
     return {"budget_mib": BUDGET_MIB, "bucket_elements": BUCKET, "micro": MICRO,
             "steps": STEPS, "block_size": BLOCK_SIZE, "init": check, "runs": runs}  # fmt: skip
 
@@ -252,14 +285,17 @@ def markdown(rep: dict[str, Any]) -> str:
         f" {rep['steps']} steps. `dsguard init` mapping ok: **{init['ok']}** "
         f"({init['framework_line']}).",
         "",
-        "| variant | attempts | failed | lost s | moves | succeeded | final config |",
-        "|---|---:|---:|---:|---|---|---|",
+        "| variant | limit | attempts | failed | lost s | moves | succeeded | final config | "
+        "samples/s (run_clm) |",
+        "|---|---|---:|---:|---:|---|---|---|---:|",
     ]
     for r in rep["runs"]:
-        moves = "; ".join(r["moves"]) or "-"
+        moves = "; ".join(m for m in r["moves"] if not m.startswith("evidence")) or "-"
+        sps = r.get("train_samples_per_s")
         lines.append(
-            f"| {r['variant']} | {r['attempts']} | {r['failed_attempts']} | {r['lost_s']} | "
-            f"{moves} | {r['succeeded']} | {_knobs(r['final_knobs'])} |"
+            f"| {r['variant']} | {r.get('limit_how')} | {r['attempts']} | {r['failed_attempts']} "
+            f"| {r['lost_s']} | {moves} | {r['succeeded']} | {_knobs(r['final_knobs'])} | "
+            f"{'-' if sps is None else f'{sps:.1f}'} |"
         )
     return "\n".join(lines) + "\n"
 
