@@ -1,4 +1,5 @@
-"""Entry point: ``python -m bench.run [P1 .. P6 P5FIT P5SCALE classify] [--quick] [--json F]``.
+"""Entry point: ``python -m bench.run [P1 .. P6 P5FIT P5SCALE P5RUNCLM classify] [--quick]
+[--json F]``.
 
 Runs the chosen benchmarks (all by default) one after the other and prints a Markdown report
 (machine facts, then one section per benchmark with the command that reproduces it). ``--quick``
@@ -24,6 +25,7 @@ from bench import (
     p4_footprint,
     p5_fit,
     p5_healing,
+    p5_runclm,
     p5_scale,
     p6_report,
     p_classify,
@@ -41,6 +43,11 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], dict[str, Any]], Callable[...,
         "P5 at scale: first fit, store, fit_probe (replay)",
         p5_scale.run,
         p5_scale.markdown,
+    ),
+    "P5RUNCLM": (
+        "P5 run_clm: DeepSpeed's reduce bucket under a host limit (live)",
+        p5_runclm.run,
+        p5_runclm.markdown,
     ),
     "P6": ("P6 report generation", p6_report.run, p6_report.markdown),
     "CLASSIFY": ("Classifier accuracy on real logs", p_classify.run, p_classify.markdown),
@@ -61,7 +68,10 @@ def _git_rev() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument(
-        "which", nargs="*", metavar="P1|P2|P3|P4|P5|P5FIT|P5SCALE|P6|classify", help="default: all"
+        "which",
+        nargs="*",
+        metavar="P1|P2|P3|P4|P5|P5FIT|P5SCALE|P5RUNCLM|P6|classify",
+        help="default: all",
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke check)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")

@@ -356,6 +356,26 @@ def test_deepspeed_config_is_a_route_for_a_plain_deepspeed_script(work: Path) ->
     assert routes(hf)["micro_batch_size"] is None and "micro_batch" in undeliverable_rungs(hf)
 
 
+def test_hf_trainer_job_keeps_its_ds_buckets_rung(work: Path) -> None:
+    """The HF Trainer passes the ZeRO block of ``--deepspeed`` on as written: the buckets'
+    route is the rendered config (the run_clm case: without it the rung was left out)."""
+    (work / "ds.json").write_text(json.dumps({"zero_optimization": {
+        "stage": 2, "reduce_bucket_size": 50_000_000, "allgather_bucket_size": 50_000_000}}))
+    body = """
+    name: hf
+    script: train.py
+    train: {micro_batch_size: 8, gradient_accumulation_steps: 1}
+    deepspeed: {config: ds.json, flag: --deepspeed}
+    """
+    job = load_job(job_file(work, body))
+    assert routes(job)["ds_bucket_divisor"] == "the rendered DeepSpeed config"
+    assert "ds_buckets" not in undeliverable_rungs(job)
+    rendered = render_attempt_config(job, job.knobs.replace(ds_bucket_divisor=2), remedies=(),
+                                     world_size=1)  # fmt: skip
+    assert rendered.config["zero_optimization"]["reduce_bucket_size"] == 25_000_000
+    assert routes(job)["micro_batch_size"] == "flag --per_device_train_batch_size"
+
+
 # -- packing and tokens per step -----------------------------------------------------------
 
 

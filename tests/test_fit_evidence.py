@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dsguard.core.classify import FailureKind
@@ -186,6 +188,30 @@ def test_a_size_that_survived_smaller_buckets_does_not_take_ds_buckets_again() -
         bucket_bytes=(100_000_000,),
     )
     assert "DeepSpeed buffer" in (buffer_bound(k, bucket) or "")
+
+
+def test_evidence_never_takes_a_move_that_cannot_reach_the_script() -> None:
+    """The bucket-bound failure asks for ds_buckets, but the buckets have no route (or are
+    fixed): the chooser passes over the rung as ``walk`` does, instead of logging a move
+    that never happens. Likewise gradient checkpointing with no flag."""
+    fig = OomFigures(tried_bytes=200_000_000)
+    twice = MoveEvidence(figures=fig, bucket_bytes=(200_000_000,), earlier=((32, 200_000_000),))
+    every = frozenset(DEFAULT_FLAGS) | {"zero_stage", "offload", "ds_bucket_divisor", "max_length"}
+    for ctx in (
+        dataclasses.replace(CTX, delivered=every - {"ds_bucket_divisor"}),
+        dataclasses.replace(CTX, delivered=every, fixed=frozenset({"ds_bucket_divisor"})),
+    ):
+        choice = choose_move(OOM_RUNGS, START, ctx, twice)
+        assert choice is not None and OOM_RUNGS[choice.index] != "ds_buckets"
+        assert choice.move.knobs.ds_bucket_divisor == 1
+    no_gc = dataclasses.replace(CTX, delivered=every - {"gradient_checkpointing"})
+    k = START
+    for _ in range(20):
+        choice = choose_move(OOM_RUNGS, k, no_gc, MoveEvidence(predict=_predict()))
+        if choice is None:
+            break
+        assert not choice.move.knobs.gradient_checkpointing
+        k = choice.move.knobs
 
 
 def test_exact_moves_come_before_max_length_and_lora() -> None:

@@ -68,6 +68,12 @@ def test_run_clm_maps_block_size_and_declares_packing(tmp_path: Path) -> None:
     assert doc["data"] == {"packing": True} and "Note: group_texts" in text
     job = _load(tmp_path, doc)
     assert job.flags["max_length"] == "--block_size" and job.world_size == 2
+    # run_clm parses TrainingArguments: its HF flags exist though the command did not use
+    # them, so the gradient-checkpointing, worker and pinning rungs keep their route.
+    assert doc["flags"]["gradient_checkpointing"] == "--gradient_checkpointing"
+    assert doc["flags"]["dataloader_workers"] == "--dataloader_num_workers"
+    assert doc["flags"]["pin_memory"] == "--dataloader_pin_memory"
+    assert doc["flags"]["lora"] is None
 
 
 def test_trl_with_packing_flag(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from dsguard.core.fit import LEARNING_RUNGS, relative_step_time
-from dsguard.core.rungs import RUNGS, Move, RungContext
+from dsguard.core.rungs import RUNGS, Move, RungContext, blocked
 from dsguard.job.knobs import Knobs
 
 _UNIT = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
@@ -163,8 +163,16 @@ class Choice:
 def choose_move(
     rungs: Sequence[str], knobs: Knobs, ctx: RungContext, ev: MoveEvidence
 ) -> Choice | None:
-    """The next move on a default ladder (see the module docstring); None: exhausted."""
-    moves = [(i, name, m) for i, name in enumerate(rungs) if (m := RUNGS[name](knobs, ctx))]
+    """The next move on a default ladder (see the module docstring); None: exhausted. A move
+    that would change a knob fixed by ``limits.fixed`` or with no route to the script is
+    never chosen, as on an explicit ladder (``core.ladder.walk``): it would be logged as made
+    and the next attempt would run the same config (before, a bucket-bound failure took
+    ``ds_buckets`` even where ``limits.fixed`` held the buckets or they had no route)."""
+    moves = [
+        (i, name, m)
+        for i, name in enumerate(rungs)
+        if (m := RUNGS[name](knobs, ctx)) and not blocked(knobs, m.knobs, ctx)
+    ]
     if not moves:
         return None
     skipped: list[str] = []

@@ -28,7 +28,7 @@ from dsguard.core.evidence import MoveEvidence, choose_move
 from dsguard.core.records import as_builtins, from_builtins
 from dsguard.core.remedies import GiveUp as RemedyGiveUp
 from dsguard.core.remedies import Remedy, next_remedy
-from dsguard.core.rungs import RUNGS, Move, RungContext, inert_reason
+from dsguard.core.rungs import RUNGS, Move, RungContext, blocked, inert_reason
 from dsguard.errors import InvariantViolation
 from dsguard.job.argv import flag_value
 from dsguard.job.delivery import RUNG_KNOBS, routes, tokens_per_step
@@ -197,17 +197,6 @@ def _failures_since_progress(history: Sequence[AttemptRecord], kind: FailureKind
     return n
 
 
-def _blocked(old: Knobs, new: Knobs, ctx: RungContext) -> tuple[str, ...]:
-    """The knobs a move from ``old`` to ``new`` would change that it must not: fixed by
-    ``limits.fixed``, or with no route to the script (the change would be logged and never
-    happen)."""
-    return tuple(
-        k
-        for k in old.diff(new)
-        if k in ctx.fixed or (ctx.delivered is not None and k not in ctx.delivered)
-    )
-
-
 def walk(
     rungs: Sequence[str], start: int, knobs: Knobs, ctx: RungContext
 ) -> tuple[int, Move] | None:
@@ -216,7 +205,7 @@ def walk(
     change that did not happen)."""
     for i in range(start, len(rungs)):
         move = RUNGS[rungs[i]](knobs, ctx)
-        if move is not None and not _blocked(knobs, move.knobs, ctx):
+        if move is not None and not blocked(knobs, move.knobs, ctx):
             return i, move
     return None
 

@@ -46,6 +46,17 @@ class RungContext:
     cpu_only: bool = False
 
 
+def blocked(old: Knobs, new: Knobs, ctx: RungContext) -> tuple[str, ...]:
+    """The knobs a move from ``old`` to ``new`` would change that it must not: fixed by
+    ``limits.fixed``, or with no route to the script (the change would be logged and never
+    happen)."""
+    return tuple(
+        k
+        for k in old.diff(new)
+        if k in ctx.fixed or (ctx.delivered is not None and k not in ctx.delivered)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Move:
     knobs: Knobs

@@ -249,11 +249,14 @@ def routes(job: Job) -> dict[str, str | None]:
 
 
 def _config_is_read(job: Job, knob: str) -> bool:
-    """Whether the script takes ``knob`` from the DeepSpeed config. ZeRO stage and offload
-    always; the batch keys only for a plain DeepSpeed script: the HF Trainer (its config flag
-    is ``--deepspeed``, :class:`DeepSpeedSpec`'s default) takes them from its own arguments
-    and raises when the config disagrees."""
-    if knob in ("zero_stage", "offload"):
+    """Whether the script takes ``knob`` from the DeepSpeed config. ZeRO stage, offload and
+    the buckets always (the HF Trainer fills only ``"auto"`` values and passes the ZeRO block
+    on as written; before, an HF job lost its ``ds_buckets`` rung, and run_clm under a host
+    limit could only halve the micro-batch while the 200 MB reduce bucket kept failing); the
+    batch keys only for a plain DeepSpeed script: the HF Trainer (its config flag is
+    ``--deepspeed``, :class:`DeepSpeedSpec`'s default) takes them from its own arguments and
+    raises when the config disagrees."""
+    if knob in ("zero_stage", "offload", "ds_bucket_divisor"):
         return True
     assert job.deepspeed is not None
     return job.deepspeed.flag != _HF_DEEPSPEED_FLAG

@@ -53,6 +53,12 @@ class Framework:
     #: first positional ``.yaml`` argument.
     config_arg: str | None = None
     notes: tuple[str, ...] = field(default=())
+    #: The script's parser is ``HfArgumentParser`` over ``TrainingArguments`` by construction
+    #: (run_clm's ``main``; a script that merely imports TRL may parse its own flags), so
+    #: every flag of ``knobs`` exists whether or not the command uses it:
+    #: ``dsguard init`` maps them all. Without it run_clm's job lost its
+    #: ``gradient_checkpointing`` and host-OOM worker/pinning rungs (no route).
+    parses_training_arguments: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -71,6 +77,7 @@ FRAMEWORKS: dict[str, Framework] = {
             (_TF + "examples/pytorch/language-modeling/run_clm.py",
              _TF + "src/transformers/training_args.py"),
             resume_flag="--resume_from_checkpoint", output="--output_dir", packing="always",
+            parses_training_arguments=True,
             notes=("group_texts concatenates texts into --block_size chunks: a max_length "
                    "move changes the dataset (a new phase)",),
         ),

@@ -150,14 +150,16 @@ _ALWAYS = ("micro_batch_size", "gradient_accumulation_steps")
 def _read_flags(d: Detected, table: dict[str, str], *, always: bool) -> None:
     """Take the knob flags out of args (dsguard passes them itself). Only flags the command
     has are mapped, plus (``always``) micro-batch and accumulation, which the framework is
-    known to take: a flag the script lacks would kill the first attempt that passed it."""
+    known to take, or every flag of the table for a script that parses ``TrainingArguments``
+    (run_clm): a flag the script lacks would kill the first attempt that passed it."""
+    every = d.framework is not None and d.framework.parses_training_arguments
     for knob, flag in table.items():
         found = _flag_value(d.args, flag)
         if found is not None:
             d.train[knob] = _scalar(found[2])
             del d.args[found[0] : found[1]]
             d.flag_map[knob] = flag
-        elif always and knob in _ALWAYS:
+        elif always and (knob in _ALWAYS or every):
             d.flag_map[knob] = flag
 
 
