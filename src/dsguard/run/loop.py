@@ -1026,21 +1026,7 @@ class Supervisor:
             return _Next(
                 RunState.SUCCEEDED, "the training command exited 0", exit_code=EXIT_SUCCEEDED
             )
-        kill = obs.kill
-        if kill is not None:
-            run.events.emit(
-                "sigkill_judged", outcome=kill.outcome, reasons=list(kill.reasons),
-                host_oom=obs.kill_is_host_oom, rank_killed=obs.rank_killed,
-            )  # fmt: skip
-        confirmed = kill.host_oom_confirmed if kill is not None else False
-        run.events.emit(
-            "failure_detected", kind=failure.kind, rank=failure.rank,
-            evidence=list(failure.evidence), exit_code=obs.exit_code,
-            signal=obs.exit.signal, recoverable=is_recoverable(failure.kind),
-            host_oom_confirmed=confirmed,
-            host_oom_evidence=list(kill.reasons) if kill is not None and confirmed else [],
-            checkpoint_progress=obs.progressed,
-        )  # fmt: skip
+        self._emit_failure(run, obs, failure)
         if failure.kind is FailureKind.HOST_OOM:
             self._note_cpu_only(run, cur)
         evidence = None
@@ -1056,6 +1042,25 @@ class Supervisor:
         run.ended_pids = obs.pids
         run.last_kind = failure.kind
         return self._apply(run, cur, failure, decision)
+
+    @staticmethod
+    def _emit_failure(run: _Run, obs: Observation, failure: Failure) -> None:
+        """``sigkill_judged`` (when something was killed) and ``failure_detected``."""
+        kill = obs.kill
+        if kill is not None:
+            run.events.emit(
+                "sigkill_judged", outcome=kill.outcome, reasons=list(kill.reasons),
+                host_oom=obs.kill_is_host_oom, rank_killed=obs.rank_killed,
+            )  # fmt: skip
+        confirmed = kill.host_oom_confirmed if kill is not None else False
+        run.events.emit(
+            "failure_detected", kind=failure.kind, rank=failure.rank,
+            evidence=list(failure.evidence), exit_code=obs.exit_code,
+            signal=obs.exit.signal, recoverable=is_recoverable(failure.kind),
+            host_oom_confirmed=confirmed,
+            host_oom_evidence=list(kill.reasons) if kill is not None and confirmed else [],
+            checkpoint_progress=obs.progressed,
+        )  # fmt: skip
 
     @staticmethod
     def _divergence_now(cur: _Current, beats: list[Heartbeat]) -> Divergence | None:
