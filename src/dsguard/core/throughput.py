@@ -21,7 +21,7 @@ the faster one. It never plans a config known or predicted not to fit.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsguard.job.knobs import Knobs
 
@@ -137,3 +137,100 @@ def choose_probe(
             continue
         return ProbeChoice(k, best, measured[best], direction)
     return None
+
+
+# -- issue 15: the probe inside one run (``fit_probe: in_run``) -------------------------------
+
+#: A probed config replaces the one it is measured against only when it is more than this
+#: much faster. Two rates of the same config differ by a few percent between measurements on
+#: a shared machine (the step heartbeats of one attempt, a few steps each: P5's 3 runs per
+#: config spread by up to ~3 % at the median, ``bench/RESULTS.md``); keeping a config that is
+#: faster by noise alone would pay a restart for nothing.
+KEEP_MARGIN = 0.03
+
+@dataclass(frozen=True, slots=True)
+class InRunProbe:
+    """Where the probe inside one run stands (pure state; the loop keeps it per run).
+
+    ``measure_a``: the run's config (the first fit's choice, or the job's own) trains until
+    its rate is trusted; ``measure_b``: the probed neighbour does the same; ``done``: the
+    faster of the two trains to the end (``kept``), or there was nothing to probe."""
+
+    a: Knobs
+    #: Step intervals each config is timed over (``fit_probe_steps``).
+    steps: int = MIN_INTERVALS
+    stage: str = "measure_a"
+    b: Knobs | None = None
+    direction: str = ""
+    a_samples_per_s: float | None = None
+    b_samples_per_s: float | None = None
+    kept: Knobs | None = None
+    #: Configs that ran out of memory in this run (the store may be off or unusable).
+    failed: frozenset[Knobs] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeMove:
+    """End the running attempt and relaunch at ``to`` (resuming, global batch kept)."""
+
+    to: Knobs
+    #: "probe" (to the neighbour), "slower" (back: the neighbour was not faster enough),
+    #: "out_of_memory" (back: the neighbour did not fit after all).
+    why: str
+
+
+def probe_rate(
+    p: InRunProbe,
+    knobs: Knobs,
+    samples_per_s: float,
+    *,
+    known: Mapping[Knobs, float],
+    known_failed: set[Knobs] | frozenset[Knobs],
+    predicted_fit: Callable[[Knobs], bool],
+    min_micro: int = 1,
+) -> tuple[InRunProbe, ProbeMove | None]:
+    """The probe's next state once the attempt at ``knobs`` has a trusted rate.
+
+    ``measure_a``: the neighbour to try is :func:`choose_probe`'s from this config, with this
+    run's fresh rate. What the store measured in other runs (``known``) is used only to walk
+    past a neighbour already known to be slower than this rate; one the store says is faster
+    is measured again here, under the same load as this config (rates of two runs differ by
+    more than the configs do on a shared machine: ``bench/RESULTS.md`` P5SCALE live). A
+    config that failed (``known_failed``, or this run's ``failed``) or is predicted not to
+    fit is never tried. ``measure_b``: keep the neighbour only when it is faster by more
+    than :data:`KEEP_MARGIN`; else move back.
+    """
+    if p.stage == "measure_a":
+        slower = {k: r for k, r in known.items() if k != knobs and r < samples_per_s}
+        choice = choose_probe(
+            {**slower, knobs: samples_per_s}, {*known_failed, *p.failed}, predicted_fit,
+            min_micro=min_micro,
+        )  # fmt: skip
+        if choice is None or choice.baseline != knobs:
+            return replace(p, a=knobs, a_samples_per_s=samples_per_s, stage="done"), None
+        nxt = replace(
+            p, a=knobs, a_samples_per_s=samples_per_s, b=choice.knobs,
+            direction=choice.direction, stage="measure_b",
+        )  # fmt: skip
+        return nxt, ProbeMove(choice.knobs, "probe")
+    if p.stage == "measure_b" and knobs == p.b and p.a_samples_per_s is not None:
+        if samples_per_s > p.a_samples_per_s * (1 + KEEP_MARGIN):
+            return replace(p, b_samples_per_s=samples_per_s, kept=knobs, stage="done"), None
+        back = replace(p, b_samples_per_s=samples_per_s, kept=p.a, stage="done")
+        return back, ProbeMove(p.a, "slower")
+    if p.stage == "measure_b":
+        # The ladder moved the run elsewhere (another failure at the neighbour): the
+        # comparison no longer holds, the run goes on where the ladder put it.
+        return replace(p, stage="done"), None
+    return p, None
+
+
+def probe_memory_failure(p: InRunProbe, knobs: Knobs) -> tuple[InRunProbe, ProbeMove | None]:
+    """An attempt at ``knobs`` ran out of memory. At the probed neighbour: back to the
+    config that ran (it fits, its rate is known), which is not a ladder move and spends no
+    failure budget: the failure is dsguard's own exploration. Anywhere else the ladder heals
+    it as usual; the config is remembered so the probe never tries it."""
+    failed = replace(p, failed=p.failed | {knobs})
+    if p.stage == "measure_b" and knobs == p.b:
+        return replace(failed, kept=p.a, stage="done"), ProbeMove(p.a, "out_of_memory")
+    return failed, None
