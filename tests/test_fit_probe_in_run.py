@@ -149,8 +149,10 @@ def test_a_neighbour_that_is_not_faster_goes_back(tmp_path: Path) -> None:
     (decided,) = _named(events, "fit_probe_decided")
     assert decided["kept_knobs"] == START.as_dict() and decided["speedup"] == 1.0
     (cost,) = _named(events, "fit_probe_cost")
-    assert cost["switches"] == 2 and cost["steps_redone"] == 2 and cost["kept_knobs"] == (
-        START.as_dict()
+    assert (
+        cost["switches"] == 2
+        and cost["steps_redone"] == 2
+        and cost["kept_knobs"] == (START.as_dict())
     )
     assert not _named(events, "failure_detected")
     (done,) = _named(events, "run_succeeded")

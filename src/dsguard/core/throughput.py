@@ -148,6 +148,7 @@ def choose_probe(
 #: faster by noise alone would pay a restart for nothing.
 KEEP_MARGIN = 0.03
 
+
 @dataclass(frozen=True, slots=True)
 class InRunProbe:
     """Where the probe inside one run stands (pure state; the loop keeps it per run).
