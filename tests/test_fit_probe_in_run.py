@@ -37,17 +37,43 @@ def _fits(_k: Knobs) -> bool:
 
 
 def test_a_measured_config_moves_to_its_neighbour_and_the_faster_is_kept() -> None:
+    def four_or_eight(k: Knobs) -> bool:
+        return k.micro_batch_size in (4, 8)
+
     p = InRunProbe(_k(4, 4), steps=4)
-    p, move = probe_rate(p, _k(4, 4), 2.0, known={}, known_failed=set(), predicted_fit=_fits)
+    p, move = probe_rate(p, _k(4, 4), 2.0, known={}, known_failed=set(),
+                         predicted_fit=four_or_eight)  # fmt: skip
     assert move == ProbeMove(_k(8, 2), "probe")  # the larger first, global batch kept
     assert (p.stage, p.b, p.a_samples_per_s) == ("measure_b", _k(8, 2), 2.0)
-    kept, move = probe_rate(p, _k(8, 2), 2.0 * (1 + KEEP_MARGIN) + 0.01, known={},
-                            known_failed=set(), predicted_fit=_fits)  # fmt: skip
+    faster = 2.0 * (1 + KEEP_MARGIN) + 0.01
+    kept, move = probe_rate(p, _k(8, 2), faster, known={}, known_failed=set(),
+                            predicted_fit=four_or_eight)  # fmt: skip
     assert move is None and kept.kept == _k(8, 2) and kept.stage == "done"
     # Faster by less than the margin is noise: back to the config that ran first.
-    back, move = probe_rate(p, _k(8, 2), 2.05, known={}, known_failed=set(), predicted_fit=_fits)
+    back, move = probe_rate(p, _k(8, 2), 2.05, known={}, known_failed=set(),
+                            predicted_fit=four_or_eight)  # fmt: skip
     assert move == ProbeMove(_k(4, 4), "slower") and back.kept == _k(4, 4)
-    assert back.b_samples_per_s == 2.05
+    assert back.b_samples_per_s == 2.05 and back.stage == "done"
+
+
+def test_the_walk_passes_a_slower_neighbour_to_the_fastest() -> None:
+    """P5's small model (scenario C: micro 8 fits, 16 does not): 8x2 4.4, 4x4 4.2, 2x8 5.4,
+    1x16 5.8 samples/s. One run measures each once and ends at 1x16, the sweep's best."""
+    rates = {_k(8, 2): 4.42, _k(4, 4): 4.24, _k(2, 8): 5.44, _k(1, 16): 5.76}
+
+    def up_to_8(k: Knobs) -> bool:
+        return k.micro_batch_size <= 8
+
+    p, at, moves = InRunProbe(_k(8, 2)), _k(8, 2), []
+    while True:
+        p, move = probe_rate(p, at, rates[at], known={}, known_failed=set(),
+                             predicted_fit=up_to_8)  # fmt: skip
+        if move is None:
+            break
+        moves.append((move.to.micro_batch_size, move.why))
+        at = move.to
+    assert moves == [(4, "probe"), (2, "probe"), (1, "probe")]
+    assert p.kept == at == _k(1, 16) and p.stage == "done"
 
 
 def test_the_store_and_the_estimate_limit_what_is_probed() -> None:
@@ -112,6 +138,9 @@ A_FIRST = _attempt(1, (20.0, 22.0, 24.0, 26.0, 28.0), ckpt=((27.0, 4),))
 
 
 def test_a_faster_neighbour_is_kept_for_the_rest_of_the_run(tmp_path: Path) -> None:
+    """16x1 (8 samples/s) -> 8x2 (16 samples/s), kept; the next one, 4x4, is known to run
+    out of memory (the store), so the walk ends at 8x2."""
+    KnownGoodStore().record("regime-in-1", _k(4, 4).as_dict(), "oom", None, None)
     b = _attempt(5, (15.0, 16.0, 17.0, 18.0, 19.0, 20.0), exits=True)  # 1 step/s: 16/s
     code, events, _ = _probe_run(tmp_path, [A_FIRST, b], "regime-in-1")
     assert code == 0
@@ -134,10 +163,11 @@ def test_a_faster_neighbour_is_kept_for_the_rest_of_the_run(tmp_path: Path) -> N
     (done,) = _named(events, "run_succeeded")
     assert done["knobs"] == _k(8, 2).as_dict() and done["global_batch"] == 16
     assert _rates("regime-in-1") == {16: ("fit", pytest.approx(8.0)),
-                                     8: ("fit", pytest.approx(16.0))}  # fmt: skip
+                                     8: ("fit", pytest.approx(16.0)), 4: ("oom", None)}  # fmt: skip
 
 
 def test_a_neighbour_that_is_not_faster_goes_back(tmp_path: Path) -> None:
+    KnownGoodStore().record("regime-in-2", _k(4, 4).as_dict(), "oom", None, None)
     b = _attempt(5, (15.0, 17.0, 19.0, 21.0, 23.0), ckpt=((22.0, 8),))  # 0.5 steps/s
     again = _attempt(9, (12.0, 14.0), exits=True)
     code, events, _ = _probe_run(tmp_path, [A_FIRST, b, again], "regime-in-2")
@@ -206,9 +236,36 @@ def test_out_of_memory_at_the_neighbour_goes_back_without_spending_the_budget(
     assert rates[8] == ("oom", None) and rates[16][0] == "fit"
 
 
+def test_the_walk_goes_on_past_a_kept_neighbour_and_back_to_the_fastest(tmp_path: Path) -> None:
+    """16x1 8/s -> 8x2 16/s (kept) -> 4x4 12.8/s (slower) -> back to 8x2, which trains on
+    (2x8, the next one past 4x4, is known to run out of memory)."""
+    KnownGoodStore().record("regime-in-7", _k(2, 8).as_dict(), "oom", None, None)
+    b = _attempt(5, (15.0, 16.0, 17.0, 18.0, 19.0), ckpt=((18.5, 8),))
+    c = _attempt(10, (15.0, 16.0, 16.0 + 4 / 3, 16.0 + 8 / 3, 20.0), ckpt=((19.0, 13),))
+    again = _attempt(15, (12.0, 13.0, 14.0), exits=True)
+    code, events, _ = _probe_run(tmp_path, [A_FIRST, b, c, again], "regime-in-7")
+    assert code == 0
+    started = _named(events, "attempt_started")
+    assert [s["knobs"]["micro_batch_size"] for s in started] == [16, 8, 4, 8]
+    assert [s["resume_from"].rsplit("-", 1)[1] for s in started[1:]] == ["4", "8", "13"]
+    switched = _named(events, "fit_probe_switched")
+    assert [(s["reason"], s["to_knobs"]["micro_batch_size"]) for s in switched] == [
+        ("probe", 8), ("probe", 4), ("slower", 8)
+    ]  # fmt: skip
+    decided = _named(events, "fit_probe_decided")
+    assert [d["kept_knobs"]["micro_batch_size"] for d in decided] == [8, 8]
+    assert [d["baseline_knobs"]["micro_batch_size"] for d in decided] == [16, 8]
+    assert decided[1]["speedup"] == pytest.approx(0.8)  # 4 steps in 5 s: 12.8 samples/s
+    (cost,) = _named(events, "fit_probe_cost")
+    assert cost["switches"] == 3 and cost["kept_knobs"] == _k(8, 2).as_dict()
+    (done,) = _named(events, "run_succeeded")
+    assert done["knobs"] == _k(8, 2).as_dict() and done["attempts"] == 4
+
+
 def test_the_probe_saves_before_it_switches_when_the_trainer_can(tmp_path: Path) -> None:
     """A trainer that announced save_and_stop is asked to save the step it reached: the
     neighbour resumes there and no step is trained twice."""
+    KnownGoodStore().record("regime-in-6", _k(4, 4).as_dict(), "oom", None, None)
     caps = ("heartbeat", "save_and_stop")
     beats = tuple(Beat(at_s=20.0 + 2 * i, step=1 + i, capabilities=caps) for i in range(5))
     a = Script(heartbeats=beats, exit_at_s=None, save_on_stop_s=3.0, checkpoints=((30.5, 5),))

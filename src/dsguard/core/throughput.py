@@ -112,6 +112,7 @@ def choose_probe(
     predicted_fit: Callable[[Knobs], bool],
     *,
     min_micro: int = 1,
+    base: Knobs | None = None,
 ) -> ProbeChoice | None:
     """The config to try this run, or None when nothing is left to learn.
 
@@ -125,10 +126,15 @@ def choose_probe(
     8x2 4.4, 4x4 4.2, 2x8 5.4, 1x16 5.8 samples/s, so stopping at the first slower
     neighbour would keep 8x2 at 0.77 of the best. The chain has at most
     log2(global batch) + 1 configs, so the probing ends after that many runs.
+
+    ``base``: walk from this measured config instead of the fastest (the in-run probe keeps
+    a config that is faster only by noise: :data:`KEEP_MARGIN`).
     """
     if not measured:
         return None
     best = max(measured, key=lambda k: measured[k])
+    if base is not None and base in measured:
+        best = base
     for direction in ("larger", "smaller"):
         k: Knobs | None = best
         while k is not None and (k == best or k in measured):
@@ -154,8 +160,9 @@ class InRunProbe:
     """Where the probe inside one run stands (pure state; the loop keeps it per run).
 
     ``measure_a``: the run's config (the first fit's choice, or the job's own) trains until
-    its rate is trusted; ``measure_b``: the probed neighbour does the same; ``done``: the
-    faster of the two trains to the end (``kept``), or there was nothing to probe."""
+    its rate is trusted; ``measure_b``: a neighbour (``b``) does the same; ``done``: the
+    fastest config measured (``kept``) trains to the end, or there was nothing to probe.
+    ``a`` is the config to beat: the fastest measured so far, by more than the margin."""
 
     a: Knobs
     #: Step intervals each config is timed over (``fit_probe_steps``).
@@ -166,6 +173,8 @@ class InRunProbe:
     a_samples_per_s: float | None = None
     b_samples_per_s: float | None = None
     kept: Knobs | None = None
+    #: Every config measured in this run, with its rate.
+    measured: tuple[tuple[Knobs, float], ...] = ()
     #: Configs that ran out of memory in this run (the store may be off or unusable).
     failed: frozenset[Knobs] = frozenset()
 
@@ -175,8 +184,8 @@ class ProbeMove:
     """End the running attempt and relaunch at ``to`` (resuming, global batch kept)."""
 
     to: Knobs
-    #: "probe" (to the neighbour), "slower" (back: the neighbour was not faster enough),
-    #: "out_of_memory" (back: the neighbour did not fit after all).
+    #: "probe" (to a neighbour not measured yet), "slower" (back to the fastest measured:
+    #: nothing is left to try), "out_of_memory" (back: the neighbour did not fit after all).
     why: str
 
 
@@ -192,45 +201,50 @@ def probe_rate(
 ) -> tuple[InRunProbe, ProbeMove | None]:
     """The probe's next state once the attempt at ``knobs`` has a trusted rate.
 
-    ``measure_a``: the neighbour to try is :func:`choose_probe`'s from this config, with this
-    run's fresh rate. What the store measured in other runs (``known``) is used only to walk
-    past a neighbour already known to be slower than this rate; one the store says is faster
-    is measured again here, under the same load as this config (rates of two runs differ by
-    more than the configs do on a shared machine: ``bench/RESULTS.md`` P5SCALE live). A
-    config that failed (``known_failed``, or this run's ``failed``) or is predicted not to
-    fit is never tried. ``measure_b``: keep the neighbour only when it is faster by more
-    than :data:`KEEP_MARGIN`; else move back.
+    A probed config replaces the one to beat only when faster by more than
+    :data:`KEEP_MARGIN`. Then the next config to try is :func:`choose_probe`'s, walking from
+    the one to beat past every config measured in this run (the larger micro-batch first,
+    global batch kept): a hill climb that does not stop at a slower neighbour, since P5's
+    small model ran 8x2 4.4, 4x4 4.2, 2x8 5.4, 1x16 5.8 samples/s. What the store measured
+    in other runs (``known``) is used only to walk past a config known to be slower than
+    the one to beat; one the store says is faster is measured again here, under this run's
+    load (rates of two runs differ by more than configs do on a shared machine:
+    ``bench/RESULTS.md`` P5SCALE live). A config that failed (``known_failed`` or this
+    run's ``failed``) or is predicted not to fit is never tried. With nothing left to try,
+    the run moves back to the fastest config measured, if it is not there already. Each
+    config is measured once, so the switches are at most log2(global batch) + 1.
     """
-    if p.stage == "measure_a":
-        slower = {k: r for k, r in known.items() if k != knobs and r < samples_per_s}
-        choice = choose_probe(
-            {**slower, knobs: samples_per_s}, {*known_failed, *p.failed}, predicted_fit,
-            min_micro=min_micro,
-        )  # fmt: skip
-        if choice is None or choice.baseline != knobs:
-            return replace(p, a=knobs, a_samples_per_s=samples_per_s, stage="done"), None
-        nxt = replace(
-            p, a=knobs, a_samples_per_s=samples_per_s, b=choice.knobs,
-            direction=choice.direction, stage="measure_b",
-        )  # fmt: skip
-        return nxt, ProbeMove(choice.knobs, "probe")
-    if p.stage == "measure_b" and knobs == p.b and p.a_samples_per_s is not None:
-        if samples_per_s > p.a_samples_per_s * (1 + KEEP_MARGIN):
-            return replace(p, b_samples_per_s=samples_per_s, kept=knobs, stage="done"), None
-        back = replace(p, b_samples_per_s=samples_per_s, kept=p.a, stage="done")
-        return back, ProbeMove(p.a, "slower")
-    if p.stage == "measure_b":
+    if p.stage == "done":
+        return p, None
+    if p.stage == "measure_b" and knobs != p.b:
         # The ladder moved the run elsewhere (another failure at the neighbour): the
         # comparison no longer holds, the run goes on where the ladder put it.
         return replace(p, stage="done"), None
-    return p, None
+    measured = {**dict(p.measured), knobs: samples_per_s}
+    best, rate = knobs, samples_per_s
+    if p.stage == "measure_b" and p.a_samples_per_s is not None:
+        if samples_per_s <= p.a_samples_per_s * (1 + KEEP_MARGIN):
+            best, rate = p.a, p.a_samples_per_s
+        p = replace(p, b_samples_per_s=samples_per_s)
+    p = replace(p, a=best, a_samples_per_s=rate, kept=best, measured=tuple(measured.items()))
+    slower = {k: r for k, r in known.items() if k not in measured and r < rate}
+    choice = choose_probe(
+        {**slower, **measured}, {*known_failed, *p.failed}, predicted_fit,
+        min_micro=min_micro, base=best,
+    )  # fmt: skip
+    if choice is not None:
+        nxt = replace(p, b=choice.knobs, direction=choice.direction, stage="measure_b")
+        return nxt, ProbeMove(choice.knobs, "probe")
+    done = replace(p, stage="done")
+    return done, (None if knobs == best else ProbeMove(best, "slower"))
 
 
 def probe_memory_failure(p: InRunProbe, knobs: Knobs) -> tuple[InRunProbe, ProbeMove | None]:
     """An attempt at ``knobs`` ran out of memory. At the probed neighbour: back to the
-    config that ran (it fits, its rate is known), which is not a ladder move and spends no
-    failure budget: the failure is dsguard's own exploration. Anywhere else the ladder heals
-    it as usual; the config is remembered so the probe never tries it."""
+    fastest config measured (it fits, its rate is known); the probe ends there. This is not
+    a ladder move and spends no failure budget: the failure is dsguard's own exploration.
+    Anywhere else the ladder heals it as usual; the config is remembered so the probe never
+    tries it."""
     failed = replace(p, failed=p.failed | {knobs})
     if p.stage == "measure_b" and knobs == p.b:
         return replace(failed, kept=p.a, stage="done"), ProbeMove(p.a, "out_of_memory")

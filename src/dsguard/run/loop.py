@@ -1509,14 +1509,14 @@ class Supervisor:
             min_micro=run.cfg.ctx.min_micro_batch_size,
         )  # fmt: skip
         q = run.probe
-        if p.stage == "measure_b" and q.b_samples_per_s is not None:
-            assert q.b is not None and q.kept is not None and q.a_samples_per_s is not None
+        if p.stage == "measure_b" and p.b == run.ledger.knobs and q.kept is not None:
+            # The probed config against the one it had to beat (the fastest so far).
+            assert p.a_samples_per_s is not None
             run.events.emit(
-                "fit_probe_decided", probe_knobs=q.b.as_dict(),
-                probe_samples_per_s=round(q.b_samples_per_s, 4),
-                baseline_knobs=q.a.as_dict(), baseline_samples_per_s=round(q.a_samples_per_s, 4),
-                kept_knobs=q.kept.as_dict(),
-                speedup=round(q.b_samples_per_s / q.a_samples_per_s, 4),
+                "fit_probe_decided", probe_knobs=p.b.as_dict(),
+                probe_samples_per_s=round(sps, 4), baseline_knobs=p.a.as_dict(),
+                baseline_samples_per_s=round(p.a_samples_per_s, 4),
+                kept_knobs=q.kept.as_dict(), speedup=round(sps / p.a_samples_per_s, 4),
             )  # fmt: skip
         if move is None:
             self._probe_settle(run)
