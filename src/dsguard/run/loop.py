@@ -562,7 +562,7 @@ class Supervisor:
     def _on_backoff(self, run: _Run) -> _Next:
         """Wait for the last attempt's GPU memory and the backoff delay, then relaunch."""
         cur = run.current
-        self._status(run.ledger, f"relaunching after {run.last_kind}")
+        self._status(run.ledger, f"relaunching after {run.last_kind or 'a fit_probe switch'}")
         if self._stop_signal is not None:
             return self._stopped()
         released = self._await_gpu_release(run.events, list(run.ended_pids))
@@ -1555,7 +1555,7 @@ class Supervisor:
             else round(rate.samples_per_s(batch), 4),
         )  # fmt: skip
         run.ledger = dataclasses.replace(ledger, knobs=move.to)
-        run.ended_pids, run.delay_s = obs.pids, 0.0
+        run.ended_pids, run.delay_s, run.last_kind = obs.pids, 0.0, None
         world = self.job.world_size
         return _Next(
             RunState.BACKOFF, f"fit_probe ({move.why}): relaunching at {_label(move.to)}",
