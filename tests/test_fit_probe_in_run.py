@@ -107,6 +107,27 @@ def test_out_of_memory_at_the_neighbour_goes_back_and_is_remembered() -> None:
     assert move == ProbeMove(_k(2, 8), "probe")
 
 
+def test_a_ladder_move_away_from_the_neighbour_ends_the_probe() -> None:
+    """Another failure at the neighbour made the ladder move the run elsewhere: the
+    comparison no longer holds, and the run goes on where the ladder put it."""
+    p = InRunProbe(_k(4, 4), stage="measure_b", b=_k(8, 2), a_samples_per_s=2.0)
+    done, move = probe_rate(p, _k(4, 4).replace(gradient_checkpointing=True), 9.0, known={},
+                            known_failed=set(), predicted_fit=_fits)  # fmt: skip
+    assert move is None and done.stage == "done"
+
+
+def test_without_an_estimate_only_a_smaller_micro_batch_is_tried() -> None:
+    """No model shape (no estimator): a larger micro-batch could need any amount of memory;
+    a smaller one needs less than the config that ran."""
+    from dsguard.run.fit import FitState
+
+    ok = FitState(None, "no local model config found").probe_fits(_k(4, 4))
+    assert ok(_k(2, 8)) and ok(_k(4, 4)) and not ok(_k(8, 2))
+    _, move = probe_rate(InRunProbe(_k(4, 4)), _k(4, 4), 2.0, known={}, known_failed=set(),
+                         predicted_fit=ok)  # fmt: skip
+    assert move == ProbeMove(_k(2, 8), "probe")
+
+
 # -- the loop ---------------------------------------------------------------------------------
 
 
