@@ -1755,18 +1755,18 @@ def _build(
         exit_codes=exit_codes,
         fit=top.fit,
         fit_probe=top.fit_probe in (True, "next_run"),
-        in_run_probe_steps=_in_run_probe_steps(ctx, top),
+        in_run_probe_steps=_in_run_probe_steps(ctx, top, top_c.bad),
     )
 
 
 # -- issue 15: fit_probe: in_run ---------------------------------------------------------------
 
 
-def _in_run_probe_steps(ctx: _Context, top: _TopSection) -> int | None:
+def _in_run_probe_steps(ctx: _Context, top: _TopSection, bad: frozenset[str]) -> int | None:
     """The steps each config is timed over with ``fit_probe: in_run`` (None: no in-run
     probe). ``fit_probe_steps`` without ``in_run`` is refused: it would silently do nothing."""
     if top.fit_probe != "in_run":
-        if top.fit_probe_steps is not None:
+        if top.fit_probe_steps is not None and "fit_probe" not in bad:
             ctx.add(("fit_probe_steps",), "only used with fit_probe: in_run "
                     f"(fit_probe is {str(top.fit_probe).lower()})")  # fmt: skip
         return None
