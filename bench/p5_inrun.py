@@ -41,7 +41,14 @@ def _label(k: dict[str, Any] | None) -> str:
     return f"{k.get('micro_batch_size')}x{k.get('gradient_accumulation_steps')}"
 
 
-def one(name: str, steps: int, probe: bool, tmp: Path) -> dict[str, Any]:
+def one(
+    name: str, steps: int, probe: bool, tmp: Path, *, unlimited: bool = False,
+    start: str | None = None, known_oom: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One ``dsguard run``. ``unlimited``: no ``RLIMIT_AS`` budget (P5's budgets are tight
+    for the trainer as it is built now: see ``bench/RESULTS.md``); ``start``: the job's own
+    config (``MxA``) with ``fit: false``; ``known_oom``: a config the fresh store is told ran
+    out of memory before the run (as an earlier run at a tighter budget would record)."""
     data = json.loads(RESULTS.read_text())
     peaks = _peaks(data)
     row = next(s for s in scenarios(data, peaks) if s.name == name)
@@ -54,6 +61,12 @@ def one(name: str, steps: int, probe: bool, tmp: Path) -> dict[str, Any]:
     model_json.write_text(json.dumps(p5_fit.PRESET_SHAPES[sc.model]))
     job_path = p5.write_p5_job(sc, steps, row.budget, work)
     job = yaml.safe_load(job_path.read_text())
+    if unlimited:
+        job.pop("resources", None)
+    if start is not None:
+        micro, accum = (int(x) for x in start.split("x"))
+        job["train"] |= {"micro_batch_size": micro, "gradient_accumulation_steps": accum}
+        job["fit"] = False
     args = job["args"]
     i = args.index("--model_preset")
     args[i : i + 2] = ["--model_config", str(model_json)]
@@ -61,6 +74,8 @@ def one(name: str, steps: int, probe: bool, tmp: Path) -> dict[str, Any]:
         job |= {"fit_probe": "in_run", "fit_probe_steps": PROBE_STEPS}
     job_path.write_text(yaml.safe_dump(job, sort_keys=False))
     env = dict(os.environ, DSGUARD_STORE=str(work / "store.sqlite"))
+    if known_oom is not None:
+        _record_oom(job_path, work / "store.sqlite", known_oom)
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "dsguard", "run", str(job_path), "--quiet"], cwd=work, env=env,
@@ -98,17 +113,35 @@ def one(name: str, steps: int, probe: bool, tmp: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _record_oom(job_path: Path, store: Path, config: str) -> None:
+    """Tell the job's store that ``config`` (``MxA``) ran out of memory in its regime."""
+    from dsguard.job.file import load_job
+    from dsguard.run.fit import fit_inputs
+    from dsguard.run.store import KnownGoodStore
+
+    job = load_job(job_path)
+    inputs = fit_inputs(job)
+    assert not isinstance(inputs, str), inputs
+    micro, accum = (int(x) for x in config.split("x"))
+    knobs = job.knobs.replace(micro_batch_size=micro, gradient_accumulation_steps=accum)
+    KnownGoodStore(store).record(inputs.signature, knobs.as_dict(), "oom", None, None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--scenario", default="E")
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--json")
     parser.add_argument("--only-probe", action="store_true")
+    parser.add_argument("--unlimited", action="store_true")
+    parser.add_argument("--start", help="the job's own config, MxA (fit: false)")
+    parser.add_argument("--known-oom", help="a config the store knows ran out of memory, MxA")
     ns = parser.parse_args(argv)
     out = []
     with tempfile.TemporaryDirectory(prefix="p5inrun-") as tmp:
         for probe in (True,) if ns.only_probe else (True, False):
-            res = one(ns.scenario, ns.steps, probe, Path(tmp))
+            res = one(ns.scenario, ns.steps, probe, Path(tmp), unlimited=ns.unlimited,
+                      start=ns.start, known_oom=ns.known_oom)  # fmt: skip
             print(json.dumps(res, default=str), flush=True)
             out.append(res)
     if ns.json:
