@@ -35,6 +35,8 @@ def test_the_in_run_probe_switches_for_real_and_keeps_the_training_exact(
     res = _supervise(
         tmp_path / "sup", "", fit=False, fit_probe="in_run", fit_probe_steps=2,
         args=[*argv(**OWNED, **extra), "--output_dir", "out"],
+        # The walk stops at micro 4: one neighbour, so at most two switches (8x1 <-> 4x2).
+        limits={"backoff_s": [0, 0], "fatal_grace_s": 2, "min_micro_batch_size": 4},
     )  # fmt: skip
     assert res.code == 0, res.proc.stderr[-3000:]
     switched = res.named("fit_probe_switched")
@@ -48,6 +50,7 @@ def test_the_in_run_probe_switches_for_real_and_keeps_the_training_exact(
     assert started[1]["resume_from"].endswith(f"checkpoint-{switched[0]['resume_step']}")
     (decided,) = res.named("fit_probe_decided")
     assert decided["probe_samples_per_s"] > 0 and decided["baseline_samples_per_s"] > 0
+    assert len(switched) == (1 if decided["kept_knobs"]["micro_batch_size"] == 4 else 2)
     (cost,) = res.named("fit_probe_cost")
     assert cost["switches"] == len(switched) and cost["restart_s"] > 0
     assert not res.named("failure_detected") and not res.named("policy_applied")
