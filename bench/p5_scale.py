@@ -42,9 +42,15 @@ from typing import Any
 from bench.p5_fit import CTX, GIB, REGIME, RESULTS, knobs, shape
 from dsguard.core.estimate import estimate
 from dsguard.core.fit import DEFAULT_MARGIN, FitInputs, KnownOutcome, fits, plan_fit
-from dsguard.core.throughput import choose_probe
+from dsguard.core.throughput import (
+    InRunProbe,
+    ProbeMove,
+    choose_probe,
+    probe_memory_failure,
+    probe_rate,
+)
 from dsguard.job.knobs import Knobs
-from dsguard.job.model import HOST_OOM_RUNGS, OOM_RUNGS
+from dsguard.job.model import HOST_OOM_RUNGS, IN_RUN_PROBE_STEPS, OOM_RUNGS
 
 MIB = 2**20
 #: Seconds P5 measured per failed attempt (lost_s / failed attempts), by model and length.
@@ -161,6 +167,14 @@ def replay_scenario(
     warm_final, warm_failed = _halve_until_fit(sc, warm_start, peaks)
 
     probe = _probe_runs(sc, start, inputs, dict(known), peaks=peaks, rate=rate)
+    inrun = _in_run_probe(sc, fresh_final, set(fresh_failed), inputs, peaks=peaks, rate=rate)
+    inrun["failed"] += len(fresh_failed)
+    probe_s = inrun["switches"] * cost + inrun["slow_s"]
+    inrun["lost_s"] = round(probe_s + len(fresh_failed) * cost, 1)
+    # Training time (at the kept config) after which the faster config has won back what the
+    # probe cost: lost = T x (r_kept / r_start - 1).
+    gain = rate[inrun["final_micro"]] / rate[fresh_final.micro_batch_size] - 1
+    inrun["break_even_min"] = round(probe_s / gain / 60, 1) if gain > 0 else None
     return {
         "scenario": sc.name, "source": sc.source, "model": sc.model,
         "max_length": sc.max_length, "start": _label(start), "budget": sc.budget,
@@ -180,6 +194,7 @@ def replay_scenario(
         "probe": probe | {"of_best": probe["final_rate"] / best,
                           "lost_s": round(probe["failed"] * cost, 1),
                           "probe_runs_of_best": [round(x / best, 3) for x in probe["probe_rates"]]},
+        "inrun": inrun | {"of_best": rate[inrun["final_micro"]] / best},
     }  # fmt: skip
 
 
@@ -217,6 +232,51 @@ def _probe_runs(
             "final_rate": rate[final.micro_batch_size], "probe_rates": probe_rates}  # fmt: skip
 
 
+def _in_run_probe(
+    sc: Scn, start: Knobs, failed: set[Knobs], inputs: FitInputs, *,
+    peaks: dict[tuple[str, int, int], int], rate: dict[int, float],
+) -> dict[str, Any]:  # fmt: skip
+    """One run with ``fit_probe: in_run`` on a fresh store (``core.throughput.probe_rate``,
+    the loop's decisions): it starts where the first fit ended, each config measured at its
+    P5 median rate; a config over the budget runs out of memory and the run goes back. Cost:
+    one start-up (P5's seconds per failed attempt) per switch, plus the measured stretches
+    (``IN_RUN_PROBE_STEPS`` + 1 steps each) run slower than the config kept would have.
+    Steps redone: none, as the reference trainer saves on request before a switch (live:
+    ``steps_redone`` 0); a trainer without save-and-stop redoes the steps since its last
+    checkpoint on every switch (not modelled)."""
+
+    def predicted(k: Knobs) -> bool:
+        est = estimate(inputs.shape, k, inputs.regime)
+        return fits(est, inputs.available_bytes, DEFAULT_MARGIN, None)
+
+    p, at, ooms = InRunProbe(start, steps=IN_RUN_PROBE_STEPS), start, 0
+    path, moves = [_label(start)], []
+    measured: list[Knobs] = []
+    while True:
+        move: ProbeMove | None
+        if _fits(sc, at, peaks):
+            measured.append(at)
+            p, move = probe_rate(p, at, rate[at.micro_batch_size], known={},
+                                 known_failed=failed, predicted_fit=predicted)  # fmt: skip
+        else:
+            ooms += 1
+            p, move = probe_memory_failure(p, at)
+        if move is None:
+            break
+        moves.append(move.why)
+        at = move.to
+        path.append(_label(at) + (" (oom)" if not _fits(sc, at, peaks) else ""))
+    final = p.kept or at
+    gb = start.micro_batch_size * start.gradient_accumulation_steps
+    steps = IN_RUN_PROBE_STEPS + 1
+    slow_s = sum(max(0.0, steps * gb * (1 / rate[k.micro_batch_size]
+                                        - 1 / rate[final.micro_batch_size]))
+                 for k in measured)  # fmt: skip
+    return {"path": path, "moves": moves, "switches": len(moves), "failed": ooms,
+            "slow_s": round(slow_s, 1), "final": _label(final),
+            "final_micro": final.micro_batch_size}  # fmt: skip
+
+
 def hf_column(data: dict[str, Any]) -> dict[str, str]:
     """P5's live HF ``auto_find_batch_size`` runs (scenarios A-E only)."""
     out = {}
@@ -248,7 +308,7 @@ def run(quick: bool = True) -> dict[str, Any]:
         p: {"mean_failed": mean(p, "failed"), "mean_lost_s": mean(p, "lost_s"),
             "min_of_best": min(r[p]["of_best"] for r in rows),
             "median_of_best": statistics.median(r[p]["of_best"] for r in rows)}
-        for p in ("ladder", "fresh", "warm", "probe")
+        for p in ("ladder", "fresh", "warm", "probe", "inrun")
     }  # fmt: skip
     errors: list[dict[str, Any]] = []
     for (model, length, micro), peak in sorted(peaks.items()):
@@ -311,12 +371,34 @@ def markdown(rep: dict[str, Any]) -> str:
         "fresh": "first fit, fresh store",
         "warm": "warm store (no probe)",
         "probe": "warm store after fit_probe runs",
+        "inrun": "fit_probe: in_run, fresh store (one run)",
     }
     for p, s in rep["summary"].items():
         lines.append(f"| {names[p]} | {s['mean_failed']:.2f} | {s['mean_lost_s']:.1f} | "
                      f"{s['median_of_best']:.2f} | "
                      f"{s['min_of_best']:.2f} |")  # fmt: skip
-    return "\n".join(lines) + "\n" + live_markdown(rep.get("live", []))
+    tail = inrun_markdown(rep["rows"]) + live_markdown(rep.get("live", []))
+    return "\n".join(lines) + "\n" + tail
+
+
+def inrun_markdown(rows: list[dict[str, Any]]) -> str:
+    """``fit_probe: in_run``, one run per scenario on a fresh store (replayed)."""
+    lines = [
+        "",
+        "| scenario | fit_probe: in_run path (one run, fresh store) | switches | out of memory "
+        "| s lost (start-ups + slower stretches) | final (of best) | pays off after (min of "
+        "training) |",
+        "|---|---|---:|---:|---:|---|---:|",
+    ]
+    for r in rows:
+        i = r.get("inrun")
+        if i is None:
+            continue
+        even = i.get("break_even_min")
+        lines.append(f"| {r['scenario']} | {' -> '.join(i['path'])} | {i['switches']} | "
+                     f"{i['failed']} | {i['lost_s']} | {i['final']} ({i['of_best']:.2f}) | "
+                     f"{'-' if even is None else f'{even:.1f}'} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def live_markdown(rows: list[dict[str, Any]]) -> str:

@@ -359,8 +359,17 @@ def test_deepspeed_config_is_a_route_for_a_plain_deepspeed_script(work: Path) ->
 def test_hf_trainer_job_keeps_its_ds_buckets_rung(work: Path) -> None:
     """The HF Trainer passes the ZeRO block of ``--deepspeed`` on as written: the buckets'
     route is the rendered config (the run_clm case: without it the rung was left out)."""
-    (work / "ds.json").write_text(json.dumps({"zero_optimization": {
-        "stage": 2, "reduce_bucket_size": 50_000_000, "allgather_bucket_size": 50_000_000}}))
+    (work / "ds.json").write_text(
+        json.dumps(
+            {
+                "zero_optimization": {
+                    "stage": 2,
+                    "reduce_bucket_size": 50_000_000,
+                    "allgather_bucket_size": 50_000_000,
+                }
+            }
+        )
+    )
     body = """
     name: hf
     script: train.py

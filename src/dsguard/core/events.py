@@ -962,5 +962,50 @@ EVENTS.update(
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 
+# -- issue 15: the probe inside one run (fit_probe: in_run) ------------------------------------
+
+
+class FitProbeSwitched(Event):
+    """``fit_probe: in_run``: dsguard ended the attempt itself (not a failure: no retry
+    budget is spent) and relaunches at ``to_knobs``, resuming from the newest complete
+    checkpoint (``resume_step``; the global batch is kept, so the resume is exact).
+    ``reason``: ``probe`` (to the neighbour, once ``samples_per_s`` of ``from_knobs`` was
+    measured), ``slower`` (back: the neighbour was not faster by the margin),
+    ``out_of_memory`` (back: the neighbour did not fit). ``steps_redone``: the steps since
+    ``resume_step`` that the next attempt trains again."""
+
+    from_knobs: dict[str, Any]
+    to_knobs: dict[str, Any]
+    reason: str
+    samples_per_s: float | None
+    last_step: int | None
+    resume_step: int | None
+    steps_redone: int
+
+
+class FitProbeCost(Event):
+    """What the in-run probe cost this run, once it is over: ``restart_s`` from each switch
+    decision to the first step of the config switched to (ending, relaunch, start-up, that
+    step), ``redone_s`` the time the steps trained again had taken, ``lost_s`` their sum.
+    ``kept_knobs``: the config that trains on; ``finished`` false when the run ended before
+    the probe decided."""
+
+    switches: int
+    restart_s: float
+    steps_redone: int
+    redone_s: float
+    lost_s: float
+    kept_knobs: dict[str, Any] | None
+    finished: bool
+
+
+EVENTS.update(
+    {
+        "fit_probe_switched": FitProbeSwitched,
+        "fit_probe_cost": FitProbeCost,
+    }
+)
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

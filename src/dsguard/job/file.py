@@ -51,6 +51,7 @@ from dsguard.job.knobs import (
 from dsguard.job.model import (
     ALL_RUNGS,
     DIVERGENCE_ACTIONS,
+    IN_RUN_PROBE_STEPS,
     LAUNCHER_NAMES,
     LAYOUT_NAMES,
     CheckpointLayout,
@@ -71,6 +72,7 @@ from dsguard.job.model import (
 )
 from dsguard.job.schema import (
     Bool,
+    BoolOrOneOf,
     Float,
     Int,
     IntOrStr,
@@ -215,7 +217,11 @@ class _TopSection(Section):
     fit: bool = spec(Bool(), True, nullable=False)
     #: Each run tries one unmeasured neighbour of the fastest config the known-good store
     #: measured (``core.throughput``), so the store learns which is faster (issue 15).
-    fit_probe: bool = spec(Bool(), False, nullable=False)
+    #: ``true`` is ``next_run``; ``in_run``: the probe happens inside this run.
+    fit_probe: bool | str = spec(BoolOrOneOf(("next_run", "in_run")), False, nullable=False)
+    #: ``fit_probe: in_run``: optimizer steps each config is timed over (default
+    #: ``core.throughput.IN_RUN_STEPS``).
+    fit_probe_steps: int | None = spec(Int(ge=2, le=100_000), None)
 
 
 # -- issue 14: knob delivery beyond flags, data semantics -------------------------------------
@@ -1748,8 +1754,23 @@ def _build(
         divergence=divergence,
         exit_codes=exit_codes,
         fit=top.fit,
-        fit_probe=top.fit_probe,
+        fit_probe=top.fit_probe in (True, "next_run"),
+        in_run_probe_steps=_in_run_probe_steps(ctx, top, top_c.bad),
     )
+
+
+# -- issue 15: fit_probe: in_run ---------------------------------------------------------------
+
+
+def _in_run_probe_steps(ctx: _Context, top: _TopSection, bad: frozenset[str]) -> int | None:
+    """The steps each config is timed over with ``fit_probe: in_run`` (None: no in-run
+    probe). ``fit_probe_steps`` without ``in_run`` is refused: it would silently do nothing."""
+    if top.fit_probe != "in_run":
+        if top.fit_probe_steps is not None and "fit_probe" not in bad:
+            ctx.add(("fit_probe_steps",), "only used with fit_probe: in_run "
+                    f"(fit_probe is {str(top.fit_probe).lower()})")  # fmt: skip
+        return None
+    return IN_RUN_PROBE_STEPS if top.fit_probe_steps is None else top.fit_probe_steps
 
 
 # -- issue 17: notifications and metrics ------------------------------------------------------

@@ -277,6 +277,12 @@ class ExitCodes:
     retry: int | None = None
 
 
+#: issue 15: step intervals the in-run probe (``fit_probe: in_run``) times each config over
+#: unless the job says (``fit_probe_steps``): more than ``core.throughput.MIN_INTERVALS``
+#: (2), since the verdict moves the rest of this run, not a later one that could correct it.
+IN_RUN_PROBE_STEPS = 4
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     name: str
@@ -320,6 +326,9 @@ class Job:
     data: DataSpec = field(default_factory=DataSpec)
     # A lambda: Outputs is defined below, in its own block (issue 17).
     outputs: Outputs = field(default_factory=lambda: Outputs())  # noqa: PLW0108
+    #: issue 15, ``fit_probe: in_run``: the optimizer steps each config is timed over
+    #: before the probe inside the run decides (``core.throughput.InRunProbe``); None: off.
+    in_run_probe_steps: int | None = None
 
 
 # -- issue 17: notifications and metrics ------------------------------------------------------

@@ -31,6 +31,7 @@ from dsguard.job.knobs import KNOB_SPECS, OFFLOAD_NAMES, REQUIRED_KNOBS, KnobSpe
 
 __all__ = [
     "Bool",
+    "BoolOrOneOf",
     "Float",
     "Int",
     "IntOrStr",
@@ -222,6 +223,27 @@ class OneOf(Shape):
 
     def json_schema(self) -> dict[str, Any]:
         return {"enum": list(self.values), "type": "string"}
+
+
+class BoolOrOneOf(Shape):
+    """A boolean or one of a few strings (``fit_probe: true`` or ``fit_probe: in_run``), with
+    one error naming every accepted value."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        self.values = values
+
+    def check(self, value: object, loc: Loc) -> tuple[object, list[ShapeError]]:
+        if isinstance(value, bool) or (isinstance(value, str) and value in self.values):
+            return value, []
+        expected = "true, false, " + ", ".join(f"'{v}'" for v in self.values[:-1])
+        expected = f"{expected} or '{self.values[-1]}'"
+        msg = f"Input should be {expected}"
+        return None, [ShapeError("literal_error", loc, msg, value, {"expected": expected})]
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"anyOf": [{"type": "boolean"}, {"enum": list(self.values), "type": "string"}]}
 
 
 class IntOrStr(Shape):

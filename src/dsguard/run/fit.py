@@ -244,6 +244,21 @@ class FitState:
         )
         return dataclasses.replace(plan, chosen=cand, source="probe", note=note)
 
+    def probe_fits(self, ran: Knobs) -> Callable[[Knobs], bool]:
+        """The in-run probe's fit test (``fit_probe: in_run``): the estimate, calibrated on
+        the peaks measured so far, when there is one. Without it (the model's shape unknown)
+        only a micro-batch no larger than the one that ran is allowed: same weights and
+        optimizer state, fewer activations, so it needs no more memory."""
+        inputs, scale = self.inputs, self.scale
+
+        def ok(k: Knobs) -> bool:
+            if inputs is None:
+                return k.micro_batch_size <= ran.micro_batch_size
+            est = estimate(inputs.shape, k, inputs.regime, scale=scale)
+            return fits(est, inputs.available_bytes, inputs.margin, inputs.host_available_bytes)
+
+        return ok
+
     def known(self) -> dict[Knobs, KnownOutcome]:
         """What the store knows of this regime ({} without a usable store)."""
         if self.store is None or self.inputs is None or not self.inputs.signature:

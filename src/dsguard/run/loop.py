@@ -81,7 +81,15 @@ from dsguard.core.sigkill import (
     rank_killed_in,
 )
 from dsguard.core.states import TERMINAL, RunState
-from dsguard.core.throughput import StepMark, add_mark, step_rate
+from dsguard.core.throughput import (
+    InRunProbe,
+    ProbeMove,
+    StepMark,
+    add_mark,
+    probe_memory_failure,
+    probe_rate,
+    step_rate,
+)
 from dsguard.errors import LockHeldError
 from dsguard.exitcodes import EXIT_GAVE_UP, EXIT_SUCCEEDED, EXIT_USAGE, exit_code_for_signal
 from dsguard.host.cgroup import MemoryCgroup
@@ -173,6 +181,10 @@ def _note_store(events: EventLog, fit: FitState) -> None:
     if fit.store_problem is not None and not fit.store_problem_noted:
         fit.store_problem_noted = True
         events.emit("store_unavailable", reason=fit.store_problem)
+
+
+def _label(k: Knobs) -> str:
+    return f"micro {k.micro_batch_size} x accum {k.gradient_accumulation_steps}"
 
 
 def new_run_id(now: datetime) -> str:
@@ -267,6 +279,22 @@ class _Current:
 
 
 @dataclass
+class _ProbeCost:
+    """What the in-run probe's switches cost (``fit_probe_cost``): the seconds from each
+    switch decision to the first step heartbeat of the config switched to (ending the
+    attempt, the relaunch, start-up, that first step: an upper bound by one step), and the
+    steps trained since the checkpoint resumed from, which the new attempt trains again."""
+
+    switches: int = 0
+    restart_s: float = 0.0
+    steps_redone: int = 0
+    redone_s: float = 0.0
+    #: Wall time of a switch whose new config has not reported a step yet.
+    dead_since: float | None = None
+    reported: bool = False
+
+
+@dataclass
 class _Run:
     """One supervised run: its log, state machine, ledger and the attempt in flight."""
 
@@ -296,6 +324,12 @@ class _Run:
     cpu_only: bool | None = None
     #: The estimator of this run (first fit, evidence, calibration; ``run.fit``).
     fit: FitState = field(default_factory=lambda: FitState(None, "not gathered"))
+    #: ``fit_probe: in_run`` (issue 15): the probe's state; None when off or recovered.
+    probe: InRunProbe | None = None
+    #: The move the running attempt is being ended for, and the wall time it was decided.
+    probe_move: ProbeMove | None = None
+    probe_move_wall: float = 0.0
+    probe_cost: _ProbeCost = field(default_factory=_ProbeCost)
 
 
 @dataclass
@@ -490,6 +524,8 @@ class Supervisor:
             t0=self.host.monotonic(), recovered=recovered is not None,
             # Children must not talk to systemd as us (NOTIFY_SOCKET, WATCHDOG_*).
             base_env=child_env(self.base_env), fit=fit,
+            probe=None if job.in_run_probe_steps is None or recovered is not None
+            else InRunProbe(ledger.knobs, steps=job.in_run_probe_steps),
         )  # fmt: skip
 
     def _plan_first_fit(self, fit: FitState, ledger: Ledger) -> FitPlan:
@@ -526,7 +562,7 @@ class Supervisor:
     def _on_backoff(self, run: _Run) -> _Next:
         """Wait for the last attempt's GPU memory and the backoff delay, then relaunch."""
         cur = run.current
-        self._status(run.ledger, f"relaunching after {run.last_kind}")
+        self._status(run.ledger, f"relaunching after {run.last_kind or 'a fit_probe switch'}")
         if self._stop_signal is not None:
             return self._stopped()
         released = self._await_gpu_release(run.events, list(run.ended_pids))
@@ -830,6 +866,9 @@ class Supervisor:
         elif cur.ended_by == "diverged":
             assert cur.divergence is not None
             reason = f"training diverged: {cur.divergence.what} turned NaN/inf"
+        elif cur.ended_by == "probe":
+            assert run.probe_move is not None
+            reason = f"fit_probe ({run.probe_move.why}): moving to {_label(run.probe_move.to)}"
         else:
             reason = f"stop requested by signal {self._stop_signal}"
         return _Next(RunState.ENDING, reason)
@@ -864,6 +903,8 @@ class Supervisor:
                 self._mark_steps(cur, beats)
                 if self._is_hung(run.events, cur, handle):
                     return "hang"
+                if self._probe_switch_due(run, cur):
+                    return "probe"
             if now - last_rss >= _RSS_SAMPLE_S:
                 last_rss = now
                 rss = self.host.tree_rss_bytes(handle.pid)
@@ -959,6 +1000,10 @@ class Supervisor:
             )  # fmt: skip
         elif cur.ended_by == "diverged":
             pass  # it would train on NaN weights for hours: end it like a fatal line
+        elif cur.ended_by == "probe":
+            # Not a failure: a trainer that can save on request saves the step it reached,
+            # so the next config resumes there and nothing is trained twice.
+            self._ask_to_save_and_stop(run.events, cur.handle, "fit_probe: switching config")
         else:
             self.notifier.stopping()
             self._ask_to_save_and_stop(run.events, cur.handle)
@@ -968,7 +1013,9 @@ class Supervisor:
         cur.report = self.host.end(cur.handle.ref, grace_s, cur.handle)
         return self._conclude(run)
 
-    def _ask_to_save_and_stop(self, events: EventLog, handle: Attempt) -> None:
+    def _ask_to_save_and_stop(
+        self, events: EventLog, handle: Attempt, reason: str = "dsguard is stopping"
+    ) -> None:
         """Ask a trainer that announced save_and_stop to checkpoint and exit, and wait."""
         attempt = handle.ref.attempt
         beats = self.host.heartbeats(self._logs.heartbeat_dir, attempt)
@@ -976,7 +1023,7 @@ class Supervisor:
             return
         timeout_s = self.job.limits.stop_save_timeout_s
         path = self._logs.stop_request(attempt)
-        self.host.write_stop_request(path, {"attempt": attempt, "reason": "dsguard is stopping"})
+        self.host.write_stop_request(path, {"attempt": attempt, "reason": reason})
         events.emit("stop_requested", path=path, timeout_s=timeout_s)
         t0 = self.host.monotonic()
         next_extend = t0
@@ -1006,6 +1053,8 @@ class Supervisor:
         self._emit_finished(run, obs)
         if obs.ended_by == "stop":
             return self._stopped()
+        if obs.ended_by == "probe":
+            return self._conclude_probe(run, cur, obs, None)
         # A diverged attempt may have exited 0 on its own: it never succeeded.
         div = cur.divergence or self._divergence_now(
             cur, self.host.heartbeats(self._logs.heartbeat_dir, cur.number)
@@ -1013,6 +1062,11 @@ class Supervisor:
         if div is not None:
             return self._conclude_diverged(run, cur, obs, div)
         failure = verdict(obs)
+        if failure is not None and failure.kind in LADDER_FOR and run.probe is not None:
+            run.probe, move = probe_memory_failure(run.probe, run.ledger.knobs)
+            if move is not None:
+                run.probe_move = move
+                return self._conclude_probe(run, cur, obs, failure)
         run.ledger = record_attempt(
             run.ledger,
             AttemptRecord(
@@ -1026,21 +1080,7 @@ class Supervisor:
             return _Next(
                 RunState.SUCCEEDED, "the training command exited 0", exit_code=EXIT_SUCCEEDED
             )
-        kill = obs.kill
-        if kill is not None:
-            run.events.emit(
-                "sigkill_judged", outcome=kill.outcome, reasons=list(kill.reasons),
-                host_oom=obs.kill_is_host_oom, rank_killed=obs.rank_killed,
-            )  # fmt: skip
-        confirmed = kill.host_oom_confirmed if kill is not None else False
-        run.events.emit(
-            "failure_detected", kind=failure.kind, rank=failure.rank,
-            evidence=list(failure.evidence), exit_code=obs.exit_code,
-            signal=obs.exit.signal, recoverable=is_recoverable(failure.kind),
-            host_oom_confirmed=confirmed,
-            host_oom_evidence=list(kill.reasons) if kill is not None and confirmed else [],
-            checkpoint_progress=obs.progressed,
-        )  # fmt: skip
+        self._emit_failure(run, obs, failure)
         if failure.kind is FailureKind.HOST_OOM:
             self._note_cpu_only(run, cur)
         evidence = None
@@ -1056,6 +1096,25 @@ class Supervisor:
         run.ended_pids = obs.pids
         run.last_kind = failure.kind
         return self._apply(run, cur, failure, decision)
+
+    @staticmethod
+    def _emit_failure(run: _Run, obs: Observation, failure: Failure) -> None:
+        """``sigkill_judged`` (when something was killed) and ``failure_detected``."""
+        kill = obs.kill
+        if kill is not None:
+            run.events.emit(
+                "sigkill_judged", outcome=kill.outcome, reasons=list(kill.reasons),
+                host_oom=obs.kill_is_host_oom, rank_killed=obs.rank_killed,
+            )  # fmt: skip
+        confirmed = kill.host_oom_confirmed if kill is not None else False
+        run.events.emit(
+            "failure_detected", kind=failure.kind, rank=failure.rank,
+            evidence=list(failure.evidence), exit_code=obs.exit_code,
+            signal=obs.exit.signal, recoverable=is_recoverable(failure.kind),
+            host_oom_confirmed=confirmed,
+            host_oom_evidence=list(kill.reasons) if kill is not None and confirmed else [],
+            checkpoint_progress=obs.progressed,
+        )  # fmt: skip
 
     @staticmethod
     def _divergence_now(cur: _Current, beats: list[Heartbeat]) -> Divergence | None:
@@ -1422,6 +1481,107 @@ class Supervisor:
         events.emit("gpu_release_checked", pids=pids, **res.as_dict())
         return res
 
+    # -- fit_probe: in_run (issue 15) ------------------------------------------------------
+
+    def _probe_switch_due(self, run: _Run, cur: _Current) -> bool:
+        """Whether the probe ends this attempt now: once its rate is trusted (the job's
+        ``fit_probe_steps`` step intervals), ``core.throughput.probe_rate`` decides."""
+        p, cost = run.probe, run.probe_cost
+        if p is None:
+            return False
+        if cost.dead_since is not None and cur.step_marks:
+            # The config switched to reported its first step: the restart is paid.
+            cost.restart_s += max(0.0, cur.step_marks[0].time_s - cost.dead_since)
+            cost.dead_since = None
+            self._probe_settle(run)
+        rate = step_rate(cur.step_marks, min_intervals=p.steps)
+        batch = self._global_batch(run, run.ledger.knobs)
+        if p.stage == "done" or rate is None or batch is None:
+            return False
+        sps = rate.samples_per_s(batch)
+        known = run.fit.known()
+        _note_store(run.events, run.fit)
+        run.probe, move = probe_rate(
+            p, run.ledger.knobs, sps,
+            known={k: v.samples_per_s for k, v in known.items() if v.fits and v.samples_per_s},
+            known_failed={k for k, v in known.items() if not v.fits},
+            predicted_fit=run.fit.probe_fits(run.ledger.knobs),
+            min_micro=run.cfg.ctx.min_micro_batch_size,
+        )  # fmt: skip
+        q = run.probe
+        if p.stage == "measure_b" and p.b == run.ledger.knobs and q.kept is not None:
+            # The probed config against the one it had to beat (the fastest so far).
+            assert p.a_samples_per_s is not None
+            run.events.emit(
+                "fit_probe_decided", probe_knobs=p.b.as_dict(),
+                probe_samples_per_s=round(sps, 4), baseline_knobs=p.a.as_dict(),
+                baseline_samples_per_s=round(p.a_samples_per_s, 4),
+                kept_knobs=q.kept.as_dict(), speedup=round(sps / p.a_samples_per_s, 4),
+            )  # fmt: skip
+        if move is None:
+            self._probe_settle(run)
+            return False
+        run.probe_move, run.probe_move_wall = move, self.host.wall()
+        return True
+
+    def _conclude_probe(
+        self, run: _Run, cur: _Current, obs: Observation, failure: Failure | None
+    ) -> _Next:
+        """Relaunch at the probe's next config, resuming from the newest complete checkpoint
+        (the global batch is kept, so the resume is exact, as after a micro_batch rung).
+        Neither the switch nor an out-of-memory at the probed config is recorded in the
+        attempt history: the retry budgets and ``max_attempts`` count failures of the
+        training, not dsguard's exploration, so a healthy run never gives up over a probe."""
+        move, run.probe_move = run.probe_move, None
+        assert move is not None
+        ledger, cost = run.ledger, run.probe_cost
+        self._calibrate(run, obs, failure)
+        self._remember(run, cur, obs, failure)
+        if failure is not None:
+            self._emit_failure(run, obs, failure)
+        resume = None if ledger.ckpt_dir is None else self._newest_complete_step(ledger.ckpt_dir)
+        redone = max(0, (obs.last_step or 0) - (resume or 0))
+        rate = step_rate(cur.step_marks, min_intervals=1)
+        cost.switches += 1
+        cost.steps_redone += redone
+        cost.redone_s += 0.0 if rate is None else redone / rate.steps_per_s
+        if cost.dead_since is None:
+            cost.dead_since = run.probe_move_wall if failure is None else self.host.wall()
+        batch = self._global_batch(run, ledger.knobs)
+        run.events.emit(
+            "fit_probe_switched", from_knobs=ledger.knobs.as_dict(), to_knobs=move.to.as_dict(),
+            reason=move.why, last_step=obs.last_step, resume_step=resume, steps_redone=redone,
+            samples_per_s=None if rate is None or batch is None
+            else round(rate.samples_per_s(batch), 4),
+        )  # fmt: skip
+        run.ledger = dataclasses.replace(ledger, knobs=move.to)
+        run.ended_pids, run.delay_s, run.last_kind = obs.pids, 0.0, None
+        world = self.job.world_size
+        return _Next(
+            RunState.BACKOFF, f"fit_probe ({move.why}): relaunching at {_label(move.to)}",
+            {"ledger": run.ledger.as_dict(), "knobs": move.to.as_dict(), "delay_s": 0.0,
+             "global_batch": move.to.global_batch(world)},
+        )  # fmt: skip
+
+    def _probe_settle(self, run: _Run, *, final: bool = False) -> None:
+        """``fit_probe_cost`` once, when the probe is over and its last restart is paid
+        (or the run ends first: then a restart not yet paid counts up to now)."""
+        p, cost = run.probe, run.probe_cost
+        if p is None or cost.reported or cost.switches == 0:
+            return
+        if not final and (p.stage != "done" or cost.dead_since is not None):
+            return
+        if cost.dead_since is not None:
+            cost.restart_s += max(0.0, self.host.wall() - cost.dead_since)
+            cost.dead_since = None
+        cost.reported = True
+        run.events.emit(
+            "fit_probe_cost", switches=cost.switches, restart_s=round(cost.restart_s, 3),
+            steps_redone=cost.steps_redone, redone_s=round(cost.redone_s, 3),
+            lost_s=round(cost.restart_s + cost.redone_s, 3),
+            kept_knobs=None if p.kept is None else p.kept.as_dict(), finished=p.stage == "done",
+        )  # fmt: skip
+
     # -- the one finish path ---------------------------------------------------------------
 
     def _stopped(self) -> _Next:
@@ -1454,6 +1614,7 @@ class Supervisor:
             "phase": ledger.phase,
             "duration_s": round(self.host.monotonic() - run.t0, 3),
         }
+        self._probe_settle(run, final=True)
         if nxt.state is RunState.STOPPED:
             fields["signal"] = self._stop_signal or signal.SIGTERM
         name = {

@@ -23,8 +23,9 @@ from dsguard.protocol import CAP_ZERO_TRANSPLANT
 
 #: Why the supervise phase stopped waiting: the launcher exited on its own, a fatal output
 #: line, a stop request to dsguard, no progress for ``hang_timeout_s``, or the loss or grad
-#: norm turned NaN/inf (``core/divergence``).
-EndedBy = Literal["exit", "fatal", "stop", "hang", "diverged"]
+#: norm turned NaN/inf (``core/divergence``), or the in-run probe moves to another config
+#: (``fit_probe: in_run``, ``core/throughput``: not a failure).
+EndedBy = Literal["exit", "fatal", "stop", "hang", "diverged", "probe"]
 
 
 @dataclass(frozen=True, slots=True)
