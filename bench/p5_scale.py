@@ -32,12 +32,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from bench.p5_fit import CTX, GIB, REGIME, RESULTS, knobs, shape
 from dsguard.core.estimate import estimate
@@ -424,12 +431,172 @@ def live(rows: list[dict[str, Any]], only: set[str], tmp: Path) -> list[dict[str
     return out
 
 
+#: ``--policies`` phases: what each sets in the job file.
+POLICY_KEYS: dict[str, dict[str, bool]] = {
+    "ladder": {"fit": False}, "fresh": {}, "warm": {}, "probe": {"fit_probe": True},
+}  # fmt: skip
+#: DeepSpeed's CPU-accelerator op, JIT-built at every start when the cache does not match.
+SHM_BUILD = "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()"
+_PEAK_RX = re.compile(r"p5-memory: VmPeak=(-?\d+) VmHWM=(-?\d+)")
+
+
+def _attempts(logs: Path, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per attempt: its knobs, how it ended, its ``VmPeak`` (``bench.p5_train``'s exit line:
+    the real peak when it fitted, at most the budget when it ran out) and its OOM line."""
+    out = []
+    ends = {e.get("attempt"): e for e in events if e["event"] == "attempt_finished"}
+    for e in events:
+        if e["event"] != "attempt_started":
+            continue
+        n = e.get("attempt")
+        log = logs / f"attempt-{n}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        m = _PEAK_RX.search(text)
+        oom = next((ln.strip()[:200] for ln in text.splitlines()
+                    if "can't allocate memory" in ln or "MemoryError" in ln), None)  # fmt: skip
+        k = e.get("knobs") or {}
+        end = ends.get(n) or {}
+        out.append({
+            "attempt": n, "knobs": _klabel(k), "ds_bucket_divisor": k.get("ds_bucket_divisor"),
+            "exit_code": end.get("exit_code"), "vm_peak": int(m.group(1)) if m else None,
+            "vm_hwm": int(m.group(2)) if m else None, "oom_line": oom,
+            "host_rss_peak_bytes": end.get("host_rss_peak_bytes"),
+        })  # fmt: skip
+    return out
+
+
+def _klabel(k: dict[str, Any]) -> str:
+    div = k.get("ds_bucket_divisor") or 1
+    gc = " gc" if k.get("gradient_checkpointing") else ""
+    return (f"{k.get('micro_batch_size')}x{k.get('gradient_accumulation_steps')}{gc}"
+            + (f" buckets/{div}" if div > 1 else ""))  # fmt: skip
+
+
+def live_policy_run(
+    r: dict[str, Any], phase: str, work: Path, *, store: Path, model_json: Path, ext_dir: Path
+) -> dict[str, Any]:
+    """One ``dsguard run`` of the scenario's P5 job under ``phase``'s policy, the trainer run as
+    ``bench.p5_train`` (``dsguard.train`` plus its ``VmPeak`` on exit), kept under ``work``."""
+    from bench import p5_fit
+    from bench import p5_healing as p5
+    from bench.common import read_jsonl
+
+    start_micro, start_accum = (int(x) for x in r["start"].split("x"))
+    sc = p5.Scenario(r["scenario"], r["model"], r["max_length"], start_micro, start_accum,
+                     int(r["largest_fitting"].split("x")[0]))  # fmt: skip
+    original_job = p5.write_p5_job
+
+    def job(sc_: Any, steps: int, budget: int, w: Path) -> Path:
+        path: Path = original_job(sc_, steps, budget, w)
+        spec = yaml.safe_load(path.read_text())
+        spec["module"] = "bench.p5_train"  # dsguard.train, plus its VmPeak on exit
+        # Our own op cache, built outside the limit: a shared one is rebuilt under the limit
+        # whenever a venv at another path loaded the op since (see RESULTS, P5LIVE).
+        spec["env"]["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
+        spec.update(POLICY_KEYS[phase])
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    p5.write_p5_job = job  # type: ignore[assignment]
+    t0 = time.time()
+    try:
+        got = p5_fit._dsguard(p5, sc, r["budget"], work, model_json=model_json, store=store)
+    finally:
+        p5.write_p5_job = original_job
+    logs = work / f"{sc.name}-dsguard" / "runs"
+    events = read_jsonl(logs / "events.jsonl")
+    got["attempt_detail"] = _attempts(logs, events)
+    got["throughput_measured"] = [
+        {k: e.get(k) for k in ("knobs", "samples_per_s", "from_step", "to_step")}
+        for e in events if e["event"] == "throughput_measured"
+    ]  # fmt: skip
+    got["probe_events"] = [e["event"] for e in events if e["event"].startswith("fit_probe")]
+    got.update(scenario=r["scenario"], phase=phase, work=str(work), started=t0,
+               budget=r["budget"])  # fmt: skip
+    k = got.get("final_knobs") or {}
+    fm = k.get("micro_batch_size")
+    rates = r.get("_rates", {})
+    got["p5_median_of_final"] = rates.get(fm)
+    got["final_of_best_p5"] = (rates[fm] / r["best_samples_per_s"]) if fm in rates else None
+    got["live_of_best_p5"] = (
+        got["samples_per_s"] / r["best_samples_per_s"] if got.get("samples_per_s") else None
+    )
+    return got
+
+
+def live_policies(
+    rows: list[dict[str, Any]], order: list[str], phases: list[str], keep: Path, *,
+    out_json: Path | None, rates: dict[tuple[str, int, int], float],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every named scenario for real, under each phase in order (``ladder``: ``fit: false``
+    with a store of its own; ``fresh``: first fit on an empty store; ``warm`` (repeatable):
+    the store ``fresh`` filled; ``probe``: that store with ``fit_probe: true``). Work dirs are
+    kept under ``keep``; results are written to ``out_json`` after every run."""
+    from bench import p5_fit
+
+    by_name = {r["scenario"]: r for r in rows}
+    ext_dir = keep / "torch_extensions"
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext_dir)}
+    subprocess.run([sys.executable, "-c", SHM_BUILD], env=env, check=True, capture_output=True)
+    done: list[dict[str, Any]] = []
+    if out_json and out_json.exists():
+        done = json.loads(out_json.read_text()).get("runs", [])
+    for name in order:
+        r = dict(by_name[name])
+        r["_rates"] = {m: v for (mo, le, m), v in rates.items()
+                       if (mo, le) == (r["model"], r["max_length"])}  # fmt: skip
+        model_json = keep / f"{r['model']}.json"
+        model_json.write_text(json.dumps(p5_fit.PRESET_SHAPES[r["model"]]))
+        for i, phase in enumerate(phases):
+            label = f"{phase}{sum(1 for p in phases[:i] if p == phase) + 1}"
+            if any(d["scenario"] == name and d.get("label") == label for d in done):
+                continue
+            store = keep / f"{name}-{'ladder' if phase == 'ladder' else 'fit'}-store.sqlite"
+            work = keep / f"{name}-{label}"
+            if work.exists():
+                shutil.rmtree(work)
+            print(f"[p5live] {name} {label} ...", file=sys.stderr, flush=True)
+            got = live_policy_run(
+                r, phase, work, store=store, model_json=model_json, ext_dir=ext_dir
+            )
+            got["label"] = label
+            done.append(got)
+            print(f"[p5live] {name} {label}: {got['attempts']} attempts, "
+                  f"{got['failed_attempts']} failed, lost {got['lost_s']}, final "
+                  f"{_klabel(got.get('final_knobs') or {})}, {got.get('samples_per_s')} "
+                  f"samples/s, peaks {[a['vm_peak'] for a in got['attempt_detail']]}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            if out_json:
+                out_json.write_text(json.dumps({"runs": done}, indent=2, default=str))
+    return done
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--live", help="scenario names to run for real, e.g. T1,S1,S2,L1")
     parser.add_argument("--from-json", help="print the report of an earlier --json")
+    parser.add_argument(
+        "--policies",
+        help="scenarios to run live under every policy, in "
+        "order, e.g. S1,S2,T1 (with --phases, --keep, --live-json)",
+    )
+    parser.add_argument("--phases", default="fresh,warm,ladder")
+    parser.add_argument("--keep", default="/tmp/p5live-keep", help="work dirs kept here")
+    parser.add_argument(
+        "--live-json",
+        help="live runs' results, rewritten after each run (runs already in it are skipped)",
+    )
     ns = parser.parse_args(argv)
+    if ns.policies:
+        data = json.loads(RESULTS.read_text())
+        keep = Path(ns.keep)
+        keep.mkdir(parents=True, exist_ok=True)
+        rep = run()
+        live_policies(rep["rows"], ns.policies.split(","), ns.phases.split(","), keep,
+                      out_json=Path(ns.live_json) if ns.live_json else None,
+                      rates=_rates(data))  # fmt: skip
+        return 0
     if ns.from_json:
         sys.stdout.write(markdown(json.loads(Path(ns.from_json).read_text())))
         return 0
