@@ -41,6 +41,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -506,6 +507,7 @@ def live_policy_run(
     logs = work / f"{sc.name}-dsguard" / "runs"
     events = read_jsonl(logs / "events.jsonl")
     got["attempt_detail"] = _attempts(logs, events)
+    got["gave_up_after_s"] = _gave_up_after(events)
     got["throughput_measured"] = [
         {k: e.get(k) for k in ("knobs", "samples_per_s", "from_step", "to_step")}
         for e in events if e["event"] == "throughput_measured"
@@ -571,6 +573,76 @@ def live_policies(
     return done
 
 
+def _gave_up_after(events: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first attempt's start to ``run_gave_up`` (None: it did not give up)."""
+    starts = [e["ts"] for e in events if e["event"] == "attempt_started"]
+    ends = [e["ts"] for e in events if e["event"] == "run_gave_up"]
+    if not starts or not ends:
+        return None
+    t = [datetime.fromisoformat(str(x)).timestamp() for x in (starts[0], ends[-1])]
+    return round(t[1] - t[0], 1)
+
+
+def _lost(g: dict[str, Any]) -> float:
+    """Seconds from the first attempt's start to the last one's (a run that gave up: to its
+    end, every second of it lost)."""
+    if not g["succeeded"] and "gave_up_after_s" not in g:  # runs recorded before the key
+        from bench.common import read_jsonl
+
+        path = Path(g["work"]) / f"{g['scenario']}-dsguard" / "runs" / "events.jsonl"
+        g["gave_up_after_s"] = _gave_up_after(read_jsonl(path))
+    if not g["succeeded"] and g.get("gave_up_after_s") is not None:
+        return float(g["gave_up_after_s"])
+    return float(g.get("lost_s") or 0.0)
+
+
+def policies_markdown(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """The ``--policies`` runs: one line per run, then the per-policy means."""
+    by = {r["scenario"]: r for r in rows}
+    lines = [
+        "| scenario | budget GiB | policy | plan | attempts | failed | lost s | final | "
+        "sweep best | final's P5 median / best | live samples/s (P5 trace) | VmPeak GiB per "
+        "attempt (fitted: real peak) |",
+        "|---|---:|---|---|---:|---:|---:|---|---|---:|---:|---|",
+    ]
+    names = {"ladder": "fixed ladder", "fresh": "first fit, fresh store", "warm": "warm store",
+             "probe": "fit_probe, warm store"}  # fmt: skip
+    for g in runs:
+        r = by[g["scenario"]]
+        peaks = ", ".join("-" if a["vm_peak"] is None else f"{a['vm_peak'] / GIB:.2f}"
+                          for a in g["attempt_detail"])  # fmt: skip
+        sps, fob = g.get("samples_per_s"), g.get("final_of_best_p5") if g["succeeded"] else None
+        plan = f"{g['plan']} ({g['plan_source']})" if g.get("plan") else "-"
+        lines.append(
+            f"| {g['scenario']} ({r['model']} L={r['max_length']}) | {r['budget'] / GIB:.2f} | "
+            f"{names[g['phase']]} ({g['label']}) | {plan} | {g['attempts']} | "
+            f"{g['failed_attempts']} | {_lost(g):.0f} | "
+            f"{_klabel(g.get('final_knobs') or {})}{'' if g['succeeded'] else ' (gave up)'} | "
+            f"{r['best']} | {'-' if fob is None else f'{fob:.2f}'} | "
+            f"{'-' if sps is None else f'{sps:.2f}'} | {peaks} |"
+        )
+    lines += [
+        "",
+        "| policy | runs | mean failed attempts | mean s lost | gave up | final's "
+        "P5 median / sweep best: median | worst |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for phase, name in names.items():
+        gs = [g for g in runs if g["phase"] == phase]
+        if not gs:
+            continue
+        fobs = [g["final_of_best_p5"] for g in gs
+                if g["succeeded"] and g.get("final_of_best_p5") is not None]  # fmt: skip
+        lines.append(
+            f"| {name} | {len(gs)} | {statistics.mean(g['failed_attempts'] for g in gs):.2f} | "
+            f"{statistics.mean(_lost(g) for g in gs):.1f} | "
+            f"{sum(not g['succeeded'] for g in gs)} | "
+            f"{statistics.median(fobs) if fobs else float('nan'):.2f} | "
+            f"{min(fobs) if fobs else float('nan'):.2f} |"
+        )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json")
@@ -587,7 +659,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--live-json",
         help="live runs' results, rewritten after each run (runs already in it are skipped)",
     )
+    parser.add_argument("--policies-report", help="print the table of a --live-json")
     ns = parser.parse_args(argv)
+    if ns.policies_report:
+        runs = json.loads(Path(ns.policies_report).read_text())["runs"]
+        sys.stdout.write(policies_markdown(runs, run()["rows"]))
+        return 0
     if ns.policies:
         data = json.loads(RESULTS.read_text())
         keep = Path(ns.keep)
