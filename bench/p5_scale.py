@@ -117,6 +117,35 @@ def scenarios(data: dict[str, Any], peaks: dict[tuple[str, int, int], int]) -> l
         Scn("S2", "small", 512, 16, 1, mid("small", 512, 2), "new"),
         Scn("L1", "small", 1024, 4, 2, mid("small", 1024, 1), "new"),
     ]
+    for e in edge_scenarios(peaks):
+        # one budget within 1 % of another of the same family adds nothing (S2's gap is 6 %)
+        if not any(o.family == e.family and abs(o.budget - e.budget) < 0.01 * e.budget
+                   for o in out):  # fmt: skip
+            out.append(e)
+    return out
+
+
+#: The start config of each family (model, max_length): P5's (micro, accum), global batch kept.
+STARTS = {("tiny", 2048): (8, 1), ("small", 512): (16, 1), ("small", 1024): (4, 2)}
+#: Where the edge budgets sit: this much above the peak of the largest micro that fits
+#: ("tight": the estimate's 10 % margin is then wider than the headroom) or below the peak
+#: of the next micro ("loose": the headroom is nearly the whole gap).
+EDGE = 0.03
+
+
+def edge_scenarios(peaks: dict[tuple[str, int, int], int]) -> list[Scn]:
+    """Budgets at both edges of every gap between adjacent micro-batches' peaks (replay
+    only): with the midpoint scenarios, at least 8 budgets per model size."""
+    out = []
+    prefix = {("tiny", 2048): "T", ("small", 512): "S", ("small", 1024): "L"}
+    for (model, length), (micro, accum) in STARTS.items():
+        m = 1
+        while m * 2 <= micro:
+            lo, hi = peaks[(model, length, m)], peaks[(model, length, m * 2)]
+            for tag, budget in (("t", int(lo * (1 + EDGE))), ("l", int(hi * (1 - EDGE)))):
+                name = f"{prefix[(model, length)]}{m}{tag}"
+                out.append(Scn(name, model, length, micro, accum, budget // MIB * MIB, "edge"))
+            m *= 2
     return out
 
 
