@@ -25,7 +25,25 @@ Scenarios A-E are P5's (same budgets, so P5's live HF ``auto_find_batch_size`` r
 their HF column); T1, S1, S2, L1 are new budgets placed as P5 placed its budgets (midway
 between the peaks of adjacent micro-batches), covering the halvings P5 did not.
 
-Run: ``python -m bench.p5_scale [--json F]`` (seconds; no training).
+Edge budgets (``edge_scenarios``, replay only): 3 % above the peak of each micro-batch and
+3 % below the next one's, where the estimate's 10 % margin is wider than the headroom (the
+first fit then starts smaller than the largest fitting micro-batch) or nearly the whole gap.
+With them: 9 budgets for the tiny model, 16 for the small one (two lengths).
+
+**Live, every policy (``--policies``).** Each named scenario for real through ``dsguard run``
+(P5's job, 4 optimizer steps, ``RLIMIT_AS`` at the budget, the trainer run as
+``bench.p5_train`` so each attempt's log ends with its ``VmPeak``) under the fixed ladder
+(``fit: false``, a store of its own), first fit with a fresh store, and the store that run
+filled (``warm``, repeatable). Failed attempts, seconds lost (first attempt's start to the last
+one's, or to the give-up), final config and samples/s come from ``events.jsonl`` and P5's step
+trace; the work dirs (events, attempt logs, rendered DeepSpeed configs) are kept under
+``--keep``. DeepSpeed JIT-builds its CPU shm op at every start when its cache does not match
+this venv's paths; a build under the budget fails (the compiler inherits ``RLIMIT_AS``), so the
+runs use a private ``TORCH_EXTENSIONS_DIR`` built once outside the limit (RESULTS, P5LIVE).
+
+Run: ``python -m bench.p5_scale [--json F]`` (seconds; no training);
+``python -m bench.p5_scale --policies S1,S2 --phases fresh,warm,ladder --keep DIR
+--live-json F`` (minutes per scenario), ``--policies-report F`` for its table.
 """
 
 from __future__ import annotations
