@@ -50,11 +50,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -483,8 +481,6 @@ def live(rows: list[dict[str, Any]], only: set[str], tmp: Path) -> list[dict[str
 POLICY_KEYS: dict[str, dict[str, bool]] = {
     "ladder": {"fit": False}, "fresh": {}, "warm": {}, "probe": {"fit_probe": True},
 }  # fmt: skip
-#: DeepSpeed's CPU-accelerator op, JIT-built at every start when the cache does not match.
-SHM_BUILD = "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()"
 _PEAK_RX = re.compile(r"p5-memory: VmPeak=(-?\d+) VmHWM=(-?\d+)")
 
 
@@ -584,9 +580,7 @@ def live_policies(
     from bench import p5_fit
 
     by_name = {r["scenario"]: r for r in rows}
-    ext_dir = keep / "torch_extensions"
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext_dir)}
-    subprocess.run([sys.executable, "-c", SHM_BUILD], env=env, check=True, capture_output=True)
+    ext_dir = p5_fit.private_op_cache(keep / "torch_extensions")
     done: list[dict[str, Any]] = []
     if out_json and out_json.exists():
         done = json.loads(out_json.read_text()).get("runs", [])
