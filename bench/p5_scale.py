@@ -53,6 +53,7 @@ import json
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -63,6 +64,7 @@ from typing import Any
 
 import yaml
 
+from bench.common import REPO_ROOT
 from bench.p5_fit import CTX, GIB, REGIME, RESULTS, knobs, shape
 from dsguard.core.estimate import estimate
 from dsguard.core.fit import DEFAULT_MARGIN, FitInputs, KnownOutcome, fits, plan_fit
@@ -550,6 +552,9 @@ def live_policy_run(
     logs = work / f"{sc.name}-dsguard" / "runs"
     events = read_jsonl(logs / "events.jsonl")
     got["attempt_detail"] = _attempts(logs, events)
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    got["code"] = head.stdout.strip()
     got["gave_up_after_s"] = _gave_up_after(events)
     got["throughput_measured"] = [
         {k: e.get(k) for k in ("knobs", "samples_per_s", "from_step", "to_step")}
