@@ -12,7 +12,12 @@ is dsguard's *decisions*, with its real pure code (``core.fit.plan_fit``, the es
 store's fastest-known choice, ``core.throughput.choose_probe``):
 
 * a config *fits* a budget when its measured ``VmPeak`` is below it (P5's allocations are
-  deterministic: same seed, same data; P5's sweep reused cells on that ground);
+  deterministic: same seed, same data; P5's sweep reused cells on that ground). **The live
+  runs (P5LIVE in RESULTS) show this is too kind near the edge:** the address space a
+  process takes grows into what it is allowed (1x16 of the small model: ``VmPeak`` 2.76-2.78
+  GiB without a limit, 1.53-1.54 GiB under a 1.54 GiB one, P5's 1.44 GiB under 1.93 GiB), so
+  ``VmPeak`` is not the need, and a config within a few % of the limit fits in one run and
+  not the next; S1, S2 and T1's budgets sit there;
 * after a memory failure the ladder halves the micro-batch (what P5's runs did every time;
   the evidence-driven ladder may pick another exact rung, not replayed here);
 * seconds lost = failed attempts x the seconds P5 measured per failed attempt of the same
