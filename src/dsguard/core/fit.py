@@ -231,8 +231,8 @@ def _from_store(
     if safer is not None:
         cand, rung = safer
         return _with(plan, chosen=cand, source="store", note=(
-            f"{best.knobs.diff(cand.knobs)}: one {rung} step safer than a config known to "
-            f"fit{speed} at the edge (one {rung} step larger ran out of memory, and that step "
+            f"one {rung} step safer ({best.knobs.diff(cand.knobs)}) than a config known to "
+            f"fit at the edge{speed} (one {rung} step larger ran out of memory, and that step "
             "is smaller than the margin)"
         ))  # fmt: skip
     if not best.path:
