@@ -12,7 +12,12 @@ is dsguard's *decisions*, with its real pure code (``core.fit.plan_fit``, the es
 store's fastest-known choice, ``core.throughput.choose_probe``):
 
 * a config *fits* a budget when its measured ``VmPeak`` is below it (P5's allocations are
-  deterministic: same seed, same data; P5's sweep reused cells on that ground);
+  deterministic: same seed, same data; P5's sweep reused cells on that ground). **The live
+  runs (P5LIVE in RESULTS) show this is too kind near the edge:** the address space a
+  process takes grows into what it is allowed (1x16 of the small model: ``VmPeak`` 2.76-2.78
+  GiB without a limit, 1.53-1.54 GiB under a 1.54 GiB one, P5's 1.44 GiB under 1.93 GiB), so
+  ``VmPeak`` is not the need, and a config within a few % of the limit fits in one run and
+  not the next; S1, S2 and T1's budgets sit there;
 * after a memory failure the ladder halves the micro-batch (what P5's runs did every time;
   the evidence-driven ladder may pick another exact rung, not replayed here);
 * seconds lost = failed attempts x the seconds P5 measured per failed attempt of the same
@@ -25,20 +30,46 @@ Scenarios A-E are P5's (same budgets, so P5's live HF ``auto_find_batch_size`` r
 their HF column); T1, S1, S2, L1 are new budgets placed as P5 placed its budgets (midway
 between the peaks of adjacent micro-batches), covering the halvings P5 did not.
 
-Run: ``python -m bench.p5_scale [--json F]`` (seconds; no training).
+Edge budgets (``edge_scenarios``, replay only): 3 % above the peak of each micro-batch and
+3 % below the next one's, where the estimate's 10 % margin is wider than the headroom (the
+first fit then starts smaller than the largest fitting micro-batch) or nearly the whole gap.
+With them: 9 budgets for the tiny model, 16 for the small one (two lengths).
+
+**Live, every policy (``--policies``).** Each named scenario for real through ``dsguard run``
+(P5's job, 4 optimizer steps, ``RLIMIT_AS`` at the budget, the trainer run as
+``bench.p5_train`` so each attempt's log ends with its ``VmPeak``) under the fixed ladder
+(``fit: false``, a store of its own), first fit with a fresh store, and the store that run
+filled (``warm``, repeatable). Failed attempts, seconds lost (first attempt's start to the last
+one's, or to the give-up), final config and samples/s come from ``events.jsonl`` and P5's step
+trace; the work dirs (events, attempt logs, rendered DeepSpeed configs) are kept under
+``--keep``. DeepSpeed JIT-builds its CPU shm op at every start when its cache does not match
+this venv's paths; a build under the budget fails (the compiler inherits ``RLIMIT_AS``), so the
+runs use a private ``TORCH_EXTENSIONS_DIR`` built once outside the limit (RESULTS, P5LIVE).
+
+Run: ``python -m bench.p5_scale [--json F]`` (seconds; no training);
+``python -m bench.p5_scale --policies S1,S2 --phases fresh,warm,ladder --keep DIR
+--live-json F`` (minutes per scenario), ``--policies-report F`` for its table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from bench.common import REPO_ROOT
 from bench.p5_fit import CTX, GIB, REGIME, RESULTS, knobs, shape
 from dsguard.core.estimate import estimate
 from dsguard.core.fit import DEFAULT_MARGIN, FitInputs, KnownOutcome, fits, plan_fit
@@ -115,6 +146,35 @@ def scenarios(data: dict[str, Any], peaks: dict[tuple[str, int, int], int]) -> l
         Scn("S2", "small", 512, 16, 1, mid("small", 512, 2), "new"),
         Scn("L1", "small", 1024, 4, 2, mid("small", 1024, 1), "new"),
     ]
+    for e in edge_scenarios(peaks):
+        # one budget within 1 % of another of the same family adds nothing (S2's gap is 6 %)
+        if not any(o.family == e.family and abs(o.budget - e.budget) < 0.01 * e.budget
+                   for o in out):  # fmt: skip
+            out.append(e)
+    return out
+
+
+#: The start config of each family (model, max_length): P5's (micro, accum), global batch kept.
+STARTS = {("tiny", 2048): (8, 1), ("small", 512): (16, 1), ("small", 1024): (4, 2)}
+#: Where the edge budgets sit: this much above the peak of the largest micro that fits
+#: ("tight": the estimate's 10 % margin is then wider than the headroom) or below the peak
+#: of the next micro ("loose": the headroom is nearly the whole gap).
+EDGE = 0.03
+
+
+def edge_scenarios(peaks: dict[tuple[str, int, int], int]) -> list[Scn]:
+    """Budgets at both edges of every gap between adjacent micro-batches' peaks (replay
+    only): with the midpoint scenarios, at least 8 budgets per model size."""
+    out = []
+    prefix = {("tiny", 2048): "T", ("small", 512): "S", ("small", 1024): "L"}
+    for (model, length), (micro, accum) in STARTS.items():
+        m = 1
+        while m * 2 <= micro:
+            lo, hi = peaks[(model, length, m)], peaks[(model, length, m * 2)]
+            for tag, budget in (("t", int(lo * (1 + EDGE))), ("l", int(hi * (1 - EDGE)))):
+                name = f"{prefix[(model, length)]}{m}{tag}"
+                out.append(Scn(name, model, length, micro, accum, budget // MIB * MIB, "edge"))
+            m *= 2
     return out
 
 
@@ -506,12 +566,247 @@ def live(rows: list[dict[str, Any]], only: set[str], tmp: Path) -> list[dict[str
     return out
 
 
+#: ``--policies`` phases: what each sets in the job file.
+POLICY_KEYS: dict[str, dict[str, bool]] = {
+    "ladder": {"fit": False}, "fresh": {}, "warm": {}, "probe": {"fit_probe": True},
+}  # fmt: skip
+_PEAK_RX = re.compile(r"p5-memory: VmPeak=(-?\d+) VmHWM=(-?\d+)")
+
+
+def _attempts(logs: Path, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per attempt: its knobs, how it ended, its ``VmPeak`` (``bench.p5_train``'s exit line:
+    the real peak when it fitted, at most the budget when it ran out) and its OOM line."""
+    out = []
+    ends = {e.get("attempt"): e for e in events if e["event"] == "attempt_finished"}
+    for e in events:
+        if e["event"] != "attempt_started":
+            continue
+        n = e.get("attempt")
+        log = logs / f"attempt-{n}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        m = _PEAK_RX.search(text)
+        oom = next((ln.strip()[:200] for ln in text.splitlines()
+                    if "can't allocate memory" in ln or "MemoryError" in ln), None)  # fmt: skip
+        k = e.get("knobs") or {}
+        end = ends.get(n) or {}
+        out.append({
+            "attempt": n, "knobs": _klabel(k), "ds_bucket_divisor": k.get("ds_bucket_divisor"),
+            "exit_code": end.get("exit_code"), "vm_peak": int(m.group(1)) if m else None,
+            "vm_hwm": int(m.group(2)) if m else None, "oom_line": oom,
+            "host_rss_peak_bytes": end.get("host_rss_peak_bytes"),
+        })  # fmt: skip
+    return out
+
+
+def _klabel(k: dict[str, Any]) -> str:
+    div = k.get("ds_bucket_divisor") or 1
+    gc = " gc" if k.get("gradient_checkpointing") else ""
+    return (f"{k.get('micro_batch_size')}x{k.get('gradient_accumulation_steps')}{gc}"
+            + (f" buckets/{div}" if div > 1 else ""))  # fmt: skip
+
+
+def live_policy_run(
+    r: dict[str, Any], phase: str, work: Path, *, store: Path, model_json: Path, ext_dir: Path
+) -> dict[str, Any]:
+    """One ``dsguard run`` of the scenario's P5 job under ``phase``'s policy, the trainer run as
+    ``bench.p5_train`` (``dsguard.train`` plus its ``VmPeak`` on exit), kept under ``work``."""
+    from bench import p5_fit
+    from bench import p5_healing as p5
+    from bench.common import read_jsonl
+
+    start_micro, start_accum = (int(x) for x in r["start"].split("x"))
+    sc = p5.Scenario(r["scenario"], r["model"], r["max_length"], start_micro, start_accum,
+                     int(r["largest_fitting"].split("x")[0]))  # fmt: skip
+    original_job = p5.write_p5_job
+
+    def job(sc_: Any, steps: int, budget: int, w: Path) -> Path:
+        path: Path = original_job(sc_, steps, budget, w)
+        spec = yaml.safe_load(path.read_text())
+        spec["module"] = "bench.p5_train"  # dsguard.train, plus its VmPeak on exit
+        # Our own op cache, built outside the limit: a shared one is rebuilt under the limit
+        # whenever a venv at another path loaded the op since (see RESULTS, P5LIVE).
+        spec["env"]["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
+        spec.update(POLICY_KEYS[phase])
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    p5.write_p5_job = job  # type: ignore[assignment]
+    t0 = time.time()
+    try:
+        got = p5_fit._dsguard(p5, sc, r["budget"], work, model_json=model_json, store=store)
+    finally:
+        p5.write_p5_job = original_job
+    logs = work / f"{sc.name}-dsguard" / "runs"
+    events = read_jsonl(logs / "events.jsonl")
+    got["attempt_detail"] = _attempts(logs, events)
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    got["code"] = head.stdout.strip()
+    got["gave_up_after_s"] = _gave_up_after(events)
+    got["throughput_measured"] = [
+        {k: e.get(k) for k in ("knobs", "samples_per_s", "from_step", "to_step")}
+        for e in events if e["event"] == "throughput_measured"
+    ]  # fmt: skip
+    got["probe_events"] = [e["event"] for e in events if e["event"].startswith("fit_probe")]
+    got.update(scenario=r["scenario"], phase=phase, work=str(work), started=t0,
+               budget=r["budget"])  # fmt: skip
+    k = got.get("final_knobs") or {}
+    fm = k.get("micro_batch_size")
+    rates = r.get("_rates", {})
+    got["p5_median_of_final"] = rates.get(fm)
+    got["final_of_best_p5"] = (rates[fm] / r["best_samples_per_s"]) if fm in rates else None
+    got["live_of_best_p5"] = (
+        got["samples_per_s"] / r["best_samples_per_s"] if got.get("samples_per_s") else None
+    )
+    return got
+
+
+def live_policies(
+    rows: list[dict[str, Any]], order: list[str], phases: list[str], keep: Path, *,
+    out_json: Path | None, rates: dict[tuple[str, int, int], float],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every named scenario for real, under each phase in order (``ladder``: ``fit: false``
+    with a store of its own; ``fresh``: first fit on an empty store; ``warm`` (repeatable):
+    the store ``fresh`` filled; ``probe``: that store with ``fit_probe: true``). Work dirs are
+    kept under ``keep``; results are written to ``out_json`` after every run."""
+    from bench import p5_fit
+
+    by_name = {r["scenario"]: r for r in rows}
+    ext_dir = p5_fit.private_op_cache(keep / "torch_extensions")
+    done: list[dict[str, Any]] = []
+    if out_json and out_json.exists():
+        done = json.loads(out_json.read_text()).get("runs", [])
+    for name in order:
+        r = dict(by_name[name])
+        r["_rates"] = {m: v for (mo, le, m), v in rates.items()
+                       if (mo, le) == (r["model"], r["max_length"])}  # fmt: skip
+        model_json = keep / f"{r['model']}.json"
+        model_json.write_text(json.dumps(p5_fit.PRESET_SHAPES[r["model"]]))
+        for i, phase in enumerate(phases):
+            label = f"{phase}{sum(1 for p in phases[:i] if p == phase) + 1}"
+            if any(d["scenario"] == name and d.get("label") == label for d in done):
+                continue
+            store = keep / f"{name}-{'ladder' if phase == 'ladder' else 'fit'}-store.sqlite"
+            work = keep / f"{name}-{label}"
+            if work.exists():
+                shutil.rmtree(work)
+            print(f"[p5live] {name} {label} ...", file=sys.stderr, flush=True)
+            got = live_policy_run(
+                r, phase, work, store=store, model_json=model_json, ext_dir=ext_dir
+            )
+            got["label"] = label
+            done.append(got)
+            print(f"[p5live] {name} {label}: {got['attempts']} attempts, "
+                  f"{got['failed_attempts']} failed, lost {got['lost_s']}, final "
+                  f"{_klabel(got.get('final_knobs') or {})}, {got.get('samples_per_s')} "
+                  f"samples/s, peaks {[a['vm_peak'] for a in got['attempt_detail']]}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            if out_json:
+                out_json.write_text(json.dumps({"runs": done}, indent=2, default=str))
+    return done
+
+
+def _gave_up_after(events: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first attempt's start to ``run_gave_up`` (None: it did not give up)."""
+    starts = [e["ts"] for e in events if e["event"] == "attempt_started"]
+    ends = [e["ts"] for e in events if e["event"] == "run_gave_up"]
+    if not starts or not ends:
+        return None
+    t = [datetime.fromisoformat(str(x)).timestamp() for x in (starts[0], ends[-1])]
+    return round(t[1] - t[0], 1)
+
+
+def _lost(g: dict[str, Any]) -> float:
+    """Seconds from the first attempt's start to the last one's (a run that gave up: to its
+    end, every second of it lost)."""
+    if not g["succeeded"] and "gave_up_after_s" not in g:  # runs recorded before the key
+        from bench.common import read_jsonl
+
+        path = Path(g["work"]) / f"{g['scenario']}-dsguard" / "runs" / "events.jsonl"
+        g["gave_up_after_s"] = _gave_up_after(read_jsonl(path))
+    if not g["succeeded"] and g.get("gave_up_after_s") is not None:
+        return float(g["gave_up_after_s"])
+    return float(g.get("lost_s") or 0.0)
+
+
+def policies_markdown(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """The ``--policies`` runs: one line per run, then the per-policy means."""
+    by = {r["scenario"]: r for r in rows}
+    lines = [
+        "| scenario | budget GiB | policy | plan | attempts | failed | lost s | final | "
+        "sweep best | final's P5 median / best | live samples/s (P5 trace) | VmPeak GiB per "
+        "attempt (fitted: real peak) |",
+        "|---|---:|---|---|---:|---:|---:|---|---|---:|---:|---|",
+    ]
+    names = {"ladder": "fixed ladder", "fresh": "first fit, fresh store", "warm": "warm store",
+             "probe": "fit_probe, warm store"}  # fmt: skip
+    for g in runs:
+        r = by[g["scenario"]]
+        peaks = ", ".join("-" if a["vm_peak"] is None else f"{a['vm_peak'] / GIB:.2f}"
+                          for a in g["attempt_detail"])  # fmt: skip
+        sps, fob = g.get("samples_per_s"), g.get("final_of_best_p5") if g["succeeded"] else None
+        plan = f"{g['plan']} ({g['plan_source']})" if g.get("plan") else "-"
+        lines.append(
+            f"| {g['scenario']} ({r['model']} L={r['max_length']}) | {r['budget'] / GIB:.2f} | "
+            f"{names[g['phase']]} ({g['label']}) | {plan} | {g['attempts']} | "
+            f"{g['failed_attempts']} | {_lost(g):.0f} | "
+            f"{_klabel(g.get('final_knobs') or {})}{'' if g['succeeded'] else ' (gave up)'} | "
+            f"{r['best']} | {'-' if fob is None else f'{fob:.2f}'} | "
+            f"{'-' if sps is None else f'{sps:.2f}'} | {peaks} |"
+        )
+    lines += [
+        "",
+        "| policy | runs | mean failed attempts | mean s lost | gave up | final's "
+        "P5 median / sweep best: median | worst |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for phase, name in names.items():
+        gs = [g for g in runs if g["phase"] == phase]
+        if not gs:
+            continue
+        fobs = [g["final_of_best_p5"] for g in gs
+                if g["succeeded"] and g.get("final_of_best_p5") is not None]  # fmt: skip
+        lines.append(
+            f"| {name} | {len(gs)} | {statistics.mean(g['failed_attempts'] for g in gs):.2f} | "
+            f"{statistics.mean(_lost(g) for g in gs):.1f} | "
+            f"{sum(not g['succeeded'] for g in gs)} | "
+            f"{statistics.median(fobs) if fobs else float('nan'):.2f} | "
+            f"{min(fobs) if fobs else float('nan'):.2f} |"
+        )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--live", help="scenario names to run for real, e.g. T1,S1,S2,L1")
     parser.add_argument("--from-json", help="print the report of an earlier --json")
+    parser.add_argument(
+        "--policies",
+        help="scenarios to run live under every policy, in "
+        "order, e.g. S1,S2,T1 (with --phases, --keep, --live-json)",
+    )
+    parser.add_argument("--phases", default="fresh,warm,ladder")
+    parser.add_argument("--keep", default="/tmp/p5live-keep", help="work dirs kept here")
+    parser.add_argument(
+        "--live-json",
+        help="live runs' results, rewritten after each run (runs already in it are skipped)",
+    )
+    parser.add_argument("--policies-report", help="print the table of a --live-json")
     ns = parser.parse_args(argv)
+    if ns.policies_report:
+        runs = json.loads(Path(ns.policies_report).read_text())["runs"]
+        sys.stdout.write(policies_markdown(runs, run()["rows"]))
+        return 0
+    if ns.policies:
+        data = json.loads(RESULTS.read_text())
+        keep = Path(ns.keep)
+        keep.mkdir(parents=True, exist_ok=True)
+        rep = run()
+        live_policies(rep["rows"], ns.policies.split(","), ns.phases.split(","), keep,
+                      out_json=Path(ns.live_json) if ns.live_json else None,
+                      rates=_rates(data))  # fmt: skip
+        return 0
     if ns.from_json:
         sys.stdout.write(markdown(json.loads(Path(ns.from_json).read_text())))
         return 0

@@ -9,7 +9,7 @@ import pytest
 from dsguard.core.classify import FailureKind
 from dsguard.core.estimate import DsBuffers, ModelShape, Regime, estimate
 from dsguard.core.evidence import MoveEvidence, OomFigures, buffer_bound, choose_move, parse_oom
-from dsguard.core.fit import FitInputs, plan_fit, reachable, relative_step_time
+from dsguard.core.fit import FitInputs, KnownOutcome, plan_fit, reachable, relative_step_time
 from dsguard.core.ladder import PolicyConfig, Relaunch, decide
 from dsguard.core.rungs import RungContext
 from dsguard.job.knobs import DEFAULT_FLAGS, Knobs, Offload
@@ -287,3 +287,55 @@ def test_evidence_never_changes_the_global_batch(kind: FailureKind) -> None:
             break
         assert d.knobs.global_batch(1) == 16
         k, pos = d.knobs, d.positions
+
+
+# -- issue 15: a known-good config that fitted at the edge (live P5 S1) --------------------
+
+
+def _s1() -> tuple[Knobs, RungContext, FitInputs]:
+    """P5's S1: the reference trainer's small preset, fp32 ZeRO-2 on CPU, 2 x 5e7-element
+    buckets, L=512, start 16x1, RLIMIT_AS 1.54 GiB."""
+    shape = ModelShape(256, 4, 8, 688, 264, 8, source="small")
+    regime = Regime("cpu", dtype_bytes=4, efficient_attention=False,
+                    buffers=DsBuffers(50_000_000, 50_000_000))  # fmt: skip
+    ctx = RungContext(1, 256, dict(DEFAULT_FLAGS), has_deepspeed=True, can_start_phase=True,
+                      exact_zero_transfer=True)  # fmt: skip
+    start = Knobs(16, 1, max_length=512, zero_stage=2, dataloader_workers=0, pin_memory=False)
+    return start, ctx, FitInputs(shape, regime, 1_652_555_776,
+                                 rungs=(*OOM_RUNGS, *HOST_OOM_RUNGS))  # fmt: skip
+
+
+def _b(k: Knobs, micro: int, div: int) -> Knobs:
+    return k.replace(micro_batch_size=micro, gradient_accumulation_steps=16 // micro,
+                     ds_bucket_divisor=div)  # fmt: skip
+
+
+def test_a_config_that_fitted_at_the_edge_is_started_one_step_safer() -> None:
+    """Live P5 S1: the fresh run healed 1x16 by halving the buckets until one fitted (/8,
+    after /4 failed on an 8 MiB allocation); the next run of 1x16 /8 ran out of memory, /16
+    fitted 4 runs of 4. The halving between /4 and /8 saves ~50 MB, under the 10 % margin
+    (165 MB): /8 fitted with less headroom than the plan demands of any estimate."""
+    start, ctx, inputs = _s1()
+    known = {_b(start, 1, d): KnownOutcome(False) for d in (1, 2, 4)}
+    known[_b(start, 1, 8)] = KnownOutcome(True, 3.4)
+    plan = plan_fit(start, ctx, inputs, known)
+    assert plan.source == "store" and plan.chosen is not None
+    assert plan.chosen.knobs == _b(start, 1, 16)
+    assert "one ds_buckets step safer" in plan.note
+    # /16 measured since: it is not at the edge (/8, one step larger, fitted): kept
+    known[_b(start, 1, 16)] = KnownOutcome(True, 6.2)
+    plan = plan_fit(start, ctx, inputs, known)
+    assert plan.chosen is not None and plan.chosen.knobs == _b(start, 1, 16)
+    assert "safer" not in plan.note
+
+
+def test_a_known_good_config_with_no_failed_neighbour_or_a_large_step_is_trusted() -> None:
+    """No failure one step larger, or a failure one step larger by more than the margin:
+    the store's config is started as it is."""
+    start, ctx, inputs = _s1()
+    plan = plan_fit(start, ctx, inputs, {_b(start, 1, 8): KnownOutcome(True, 3.4)})
+    assert plan.chosen is not None and plan.chosen.knobs == _b(start, 1, 8)
+    # 4x4 -> 2x8 saves more than 10 % of the budget by the estimate: 2x8 is not at the edge
+    known = {_b(start, 4, 1): KnownOutcome(False), _b(start, 2, 1): KnownOutcome(True, 5.0)}
+    plan = plan_fit(start, ctx, inputs, known)
+    assert plan.chosen is not None and plan.chosen.knobs == _b(start, 2, 1)

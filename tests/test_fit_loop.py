@@ -388,3 +388,53 @@ def test_a_known_good_config_is_applied_even_when_memory_is_unknown(tmp_path: Pa
                       exact_zero_transfer=True)  # fmt: skip
     plan = state.plan(Knobs(16, 1, zero_stage=2), ctx, fresh=True)
     assert plan.chosen is not None and plan.chosen.knobs == good and plan.source == "store"
+
+
+#: A DeepSpeed op's JIT build under the job's RLIMIT_AS (a live P5 S1 run, attempt-1.log,
+#: trimmed): the compiler ran out of address space, the training process (VmPeak 1.21 GiB,
+#: budget 1.54 GiB) did not.
+JIT_BUILD_OOM = (
+    '  File "/venv/lib/python3.11/site-packages/deepspeed/comm/torch.py", line 51, in '
+    "build_shm_op",
+    "    shm_cpp_module = builder.load()",
+    "RuntimeError: Error building extension 'deepspeed_shm_comm': [1/3] c++ -MMD -MF "
+    "shm_interface.o.d -DTORCH_EXTENSION_NAME=deepspeed_shm_comm -fPIC -std=c++20 -O2 "
+    "-c /venv/lib/python3.11/site-packages/deepspeed/ops/csrc/cpu/comm/shm_interface.cpp -o "
+    "shm_interface.o",
+    "FAILED: shm.o",
+    "virtual memory exhausted: Cannot allocate memory",
+    "ninja: build stopped: subcommand failed.",
+)  # fmt: skip
+
+
+def test_a_compiler_oom_in_an_op_build_gives_up_and_keeps_the_known_good_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15, live S1 warm run: the store's known-good config "ran out of memory" 7 times
+    (buckets halved 6 times) because DeepSpeed rebuilt its shm op under the job's RLIMIT_AS
+    (a torch_extensions cache shared with environments at other paths): no knob changes what
+    the compiler needs. One failed attempt, a give-up that says so, and the store still knows
+    the config fits (a recorded "oom" would make every later run plan past it)."""
+    monkeypatch.setenv("DSGUARD_STORE", str(tmp_path / "store.sqlite"))
+    facts = dataclasses.replace(_facts(1 * GIB), signature="regime-jit")  # nothing predicted
+    fits = Script(lines=((1.0, "step 1"), (2.0, "done")), exit_at_s=2.5,
+                  heartbeats=(Beat(at_s=2.0, step=2, gpu_mem_bytes=GIB),))  # fmt: skip
+    oom = Script(lines=((1.0, "step 0"), (3.0, OOM)), exit_at_s=None)
+    code, events, _ = _run(tmp_path / "one", [oom, fits], facts)
+    assert code == 0
+    good = _named(events, "attempt_started")[1]["knobs"]
+
+    build = Script(lines=tuple((1.0 + i * 0.1, ln) for i, ln in enumerate(JIT_BUILD_OOM)),
+                   exit_code=1, exit_at_s=2.0)  # fmt: skip
+    code, events, _ = _run(tmp_path / "two", [build, build, build, _ok()], facts)
+    (applied,) = _named(events, "plan_applied")
+    assert applied["source"] == "store" and applied["knobs"] == good
+    (failure,) = _named(events, "failure_detected")
+    assert failure["kind"] == "ds_build_error"
+    assert not _named(events, "policy_applied")  # no rung taken for the compiler's memory
+    (gave_up,) = _named(events, "run_gave_up")
+    assert "ran out of memory" in gave_up["reason"] and "TORCH_EXTENSIONS_DIR" in gave_up["reason"]
+    assert len(_named(events, "attempt_started")) == 1
+    code, events, _ = _run(tmp_path / "three", [_ok()], facts)
+    (applied,) = _named(events, "plan_applied")
+    assert applied["source"] == "store" and applied["knobs"] == good

@@ -480,3 +480,44 @@ def test_remedy_args_and_config_stack() -> None:
     assert cfg["optimizer"]["params"]["torch_adam"] is True
     assert (cfg["fp16"]["enabled"], cfg["bf16"]["enabled"]) == (False, True)
     assert "torch_adam" not in ADAMW_CFG["optimizer"]["params"]
+
+
+# A live P5 S1 attempt (RLIMIT_AS 1.54 GiB, the training process's VmPeak 1.21 GiB): DeepSpeed
+# rebuilt its CPU shm op and the compiler, under the same limit, ran out of address space.
+SHM_BUILD_OOM = [
+    f"RuntimeError: Error building extension 'deepspeed_shm_comm': [1/3] c++ -MMD -MF "
+    f"shm_interface.o.d -DTORCH_EXTENSION_NAME=deepspeed_shm_comm -fPIC -std=c++20 -O2 -c "
+    f"{SITE}/deepspeed/ops/csrc/cpu/comm/shm_interface.cpp -o shm_interface.o",
+    "FAILED: shm.o ",
+    "virtual memory exhausted: Cannot allocate memory",
+    "ninja: build stopped: subcommand failed.",
+]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "virtual memory exhausted: Cannot allocate memory",  # gcc
+        "cc1plus: out of memory allocating 65536 bytes after a total of 1409024000 bytes",
+        "LLVM ERROR: out of memory",
+    ],
+)
+def test_a_compilers_oom_is_a_build_failure_not_the_trainings(line: str) -> None:
+    """The memory line is the compiler's: ds_build_error (no knob shrinks a compiler), and
+    the remedy ladder gives up at once saying why and what to do, not after every remedy."""
+    lines = [*SHM_BUILD_OOM[:2], line, SHM_BUILD_OOM[3]]
+    failure = classify_text("\n".join(lines) + "\n", 1)
+    assert failure is not None and failure.kind is FailureKind.DS_BUILD_ERROR
+    got = next_remedy(FailureKind.DS_BUILD_ERROR, lines, frozenset(), facts(), ds_config=None)
+    assert isinstance(got, GiveUp)
+    assert got.reason.startswith("the compiler building the deepspeed_shm_comm op ran out of")
+    assert "TORCH_EXTENSIONS_DIR" in got.reason and line[:20] in got.reason
+
+
+def test_the_training_processes_own_oom_stays_host_oom() -> None:
+    """Only the compiler's wording moves: torch's allocator and ENOMEM stay host_oom."""
+    for line in ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] . DefaultCPUAllocator: "
+                 "can't allocate memory: you tried to allocate 209715200 bytes.",
+                 "OSError: [Errno 12] Cannot allocate memory"):  # fmt: skip
+        failure = classify_text(line + "\n", 1)
+        assert failure is not None and failure.kind is FailureKind.HOST_OOM

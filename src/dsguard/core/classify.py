@@ -344,6 +344,24 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
 
 # Sources: "repo/path" is the emitting code, "repo#N" an issue or PR whose log shows the line.
 _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
+    # Ahead of the priority order (issue 15): a compiler's own allocation failure. A host
+    # memory limit (RLIMIT_AS, a memory cgroup) holds for every child of the training process,
+    # so DeepSpeed's JIT build of an op (deepspeed_shm_comm at every CPU-accelerator start,
+    # cpu_adam, ...) runs under it; its "Cannot allocate memory" is the compiler's, not the
+    # training's, and no batch size or bucket changes what the compiler needs (a live P5 S1
+    # run halved the buckets 6 times for it). gcc's xmalloc failure "virtual memory
+    # exhausted: Cannot allocate memory", libiberty's "cc1plus: out of memory allocating N
+    # bytes after a total of M bytes", LLVM's "LLVM ERROR: out of memory", GNU make's
+    # "*** virtual memory exhausted". A compiler the *kernel* OOM-killed ("Killed signal
+    # terminated program cc1plus") stays host_oom (see _PRIORITY).
+    (
+        FailureKind.DS_BUILD_ERROR,
+        _rx(
+            r"virtual memory exhausted",
+            r"out of memory allocating \d+ bytes after a total of",
+            r"LLVM ERROR: out of memory",
+        ),
+    ),
     (
         FailureKind.CUDA_OOM,
         _rx(

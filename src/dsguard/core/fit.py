@@ -199,7 +199,7 @@ def plan_fit(
         start, r.device, inputs.available_bytes, inputs.margin, tuple(cands), None,
         shape=inputs.shape,
     )  # fmt: skip
-    from_store = _from_store(base, known or {})
+    from_store = _from_store(base, known or {}, ctx, inputs)
     if from_store is not None:
         return from_store
     if inputs.available_bytes is None:
@@ -216,17 +216,63 @@ def plan_fit(
     return _with(base, chosen=best, note=f"reached by {', '.join(best.path)}")
 
 
-def _from_store(plan: FitPlan, known: Mapping[Knobs, KnownOutcome]) -> FitPlan | None:
-    """The fastest config an earlier run measured to fit (None: the store knows none)."""
+def _from_store(
+    plan: FitPlan, known: Mapping[Knobs, KnownOutcome], ctx: RungContext, inputs: FitInputs
+) -> FitPlan | None:
+    """The fastest config an earlier run measured to fit (None: the store knows none), one
+    rung safer when it fitted at the edge (:func:`_safer_than_edge`)."""
     good = [c for c in plan.candidates if c.knobs in known and known[c.knobs].fits]
     if not good:
         return None
     best = max(good, key=lambda c: (known[c.knobs].samples_per_s or 0.0, -c.step_time))
     sps = known[best.knobs].samples_per_s
     speed = "" if sps is None else f", {sps:.3g} samples/s measured"
+    safer = _safer_than_edge(plan, best, known, ctx, inputs)
+    if safer is not None:
+        cand, rung = safer
+        return _with(plan, chosen=cand, source="store", note=(
+            f"one {rung} step safer ({best.knobs.diff(cand.knobs)}) than a config known to "
+            f"fit at the edge{speed} (one {rung} step larger ran out of memory, and that step "
+            "is smaller than the margin)"
+        ))  # fmt: skip
     if not best.path:
         return _with(plan, source="store", note=f"the start config is known to fit{speed}")
     return _with(plan, chosen=best, source="store", note=f"known to fit{speed}")
+
+
+def _safer_than_edge(
+    plan: FitPlan, good: Candidate, known: Mapping[Knobs, KnownOutcome], ctx: RungContext,
+    inputs: FitInputs,
+) -> tuple[Candidate, str] | None:  # fmt: skip
+    """The config one rung past ``good`` when ``good`` fitted at the edge, else None.
+
+    ``good`` is at the edge when a config that one rung turns into ``good`` ran out of memory
+    and the estimate puts that rung's saving under the margin: ``good`` then fitted with less
+    headroom than the margin, and a limit on address space (``RLIMIT_AS``) makes that a coin
+    toss (the heap's and threads' reservations vary run to run). Live P5 S1 and T1: the fresh
+    run healed to the first bucket size that fitted once, and the next run of that exact
+    config ran out of memory; one bucket step further fitted every time. The margin is what
+    the estimate-driven plan demands; without it the store would trust a config that never
+    had one."""
+    if inputs.available_bytes is None:
+        return None
+    room = inputs.margin * inputs.available_bytes
+    by_knobs = {c.knobs: c for c in plan.candidates}
+    for name in inputs.rungs:
+        if name not in RUNGS:
+            continue
+        for failed in plan.candidates:
+            if failed.knobs not in known or known[failed.knobs].fits:
+                continue
+            move = RUNGS[name](failed.knobs, ctx)
+            saving = failed.estimate.peak_bytes - good.estimate.peak_bytes
+            if move is None or move.knobs != good.knobs or saving >= room:
+                continue
+            step = RUNGS[name](good.knobs, ctx)
+            nxt = None if step is None else by_knobs.get(step.knobs)
+            if nxt is not None and (nxt.knobs not in known or known[nxt.knobs].fits):
+                return nxt, name
+    return None
 
 
 def _with(plan: FitPlan, **changes: object) -> FitPlan:

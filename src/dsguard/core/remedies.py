@@ -480,6 +480,45 @@ def _build_advice(op: str | None) -> str:
     )
 
 
+# The compiler's own allocation failure (see core.classify's first rule): gcc, libiberty, LLVM,
+# GNU make.
+_COMPILER_OOM = re.compile(
+    r"virtual memory exhausted|out of memory allocating \d+ bytes after a total of"
+    r"|LLVM ERROR: out of memory"
+)
+
+
+def compiler_oom_line(lines: Sequence[str]) -> str | None:
+    """The line where the compiler building an op ran out of memory, or None."""
+    for line in lines:
+        if _COMPILER_OOM.search(line) is not None:
+            return _body(line).strip()[:200]
+    return None
+
+
+def _compiler_oom_advice(what: str, op: str | None, line: str) -> str:
+    """Why no knob helps when the compiler building an op runs out of memory, and what does.
+
+    The job's host memory limit holds for every child of the training process (RLIMIT_AS is
+    inherited across fork/exec; a memory cgroup holds the whole tree), so the JIT build runs
+    under it. torch's cpp_extension rebuilds an op whenever the rendered build.ninja (its
+    include and source paths) differs from the one in the cache (``TORCH_EXTENSIONS_DIR``,
+    default ``~/.cache/torch_extensions``), so Python environments at different paths that
+    share one cache rebuild it in turn: a job that started fine can meet the build later."""
+    build = f"DS_BUILD_{op.upper()}=1 pip install deepspeed --no-cache-dir" if op else (
+        "DS_BUILD_OPS=1 pip install deepspeed --no-cache-dir"
+    )  # fmt: skip
+    return (
+        f"the compiler building {what} ran out of memory ({line}): the job's host memory "
+        "limit holds for the JIT build too, and no batch size or bucket changes what the "
+        "compiler needs; build the op once without the limit (run the job's interpreter "
+        "outside dsguard once, or pre-build it: "
+        f"{build}), and give each Python environment its own TORCH_EXTENSIONS_DIR "
+        "(a cache shared by environments at different paths is rebuilt whenever another one "
+        "loads the op)"
+    )
+
+
 def _ds_build(
     lines: Sequence[str],
     applied: frozenset[str],
@@ -488,6 +527,9 @@ def _ds_build(
 ) -> Remedy | GiveUp:
     op = failing_op(lines)
     what = f"the {op} op" if op else "a DeepSpeed op"
+    oom = compiler_oom_line(lines)
+    if oom is not None:
+        return GiveUp(_compiler_oom_advice(what, op, oom))
     mismatch = is_cuda_mismatch(lines)
     notes: list[str] = []
 
