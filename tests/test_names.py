@@ -58,8 +58,9 @@ def test_every_rung_name_has_exactly_one_rung_function() -> None:
         if callable(obj) and getattr(obj, "__module__", "") == rungs.__name__
         and not n.startswith("_") and not isinstance(obj, type)
     }  # fmt: skip
-    # inert_reason answers "can this rung change anything here?" for every rung; not a rung.
-    assert rung_like - {"inert_reason"} == set(ALL_RUNGS)
+    # inert_reason ("can this rung change anything here?") and blocked ("may this move change
+    # these knobs?") answer for every rung; they are not rungs.
+    assert rung_like - {"inert_reason", "blocked"} == set(ALL_RUNGS)
     assert set(OOM_RUNGS) <= set(ALL_RUNGS) and set(HOST_OOM_RUNGS) <= set(ALL_RUNGS)
     assert set(OOM_RUNGS) | set(HOST_OOM_RUNGS) == set(ALL_RUNGS)
 
