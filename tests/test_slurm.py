@@ -187,7 +187,7 @@ SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
 AuthType=auth/munge
-AuthInfo=socket={root}/munge/sock
+AuthInfo=socket={root}/munge/sock,cred_expire=10
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -273,14 +273,15 @@ def test_real_slurm_requeue_continues_at_the_rung(tmp_path: Path, slurm: dict[st
     wait_for(lambda: micros(tmp_path)[-1:] == [4], 120, "the micro-4 attempt under Slurm")
     time.sleep(1.5)
     subprocess.run(["scontrol", "requeue", job_id], env=slurm, check=True, timeout=30)
-    # A requeued job is held for a while (its BeginTime); make it eligible now.
+    # A requeued job is held until the old launch's credential has expired (its BeginTime,
+    # ``cred_expire``: 120 s by default, 10 s in this test's slurm.conf). Forcing it to start
+    # earlier (``scontrol update StartTime=now``) gets it killed as "non-startable: Job
+    # credential revoked" whenever the node still holds the revocation.
     wait_for(lambda: "PENDING" in subprocess.run(
         ["scontrol", "show", "job", job_id], env=slurm, capture_output=True, text=True,
         check=False).stdout, 60, "the job to be pending again")  # fmt: skip
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=slurm,
-                   check=True, timeout=30)  # fmt: skip
     out = tmp_path / "out" / ".dsguard-slurm" / f"slurm-{job_id}.out"
-    wait_for(lambda: "SLURM_RESTART_COUNT=1" in out.read_text(), 120, "the requeued start")
+    wait_for(lambda: "SLURM_RESTART_COUNT=1" in out.read_text(), 180, "the requeued start")
     wait_for(lambda: len(micros(tmp_path)) >= 3, 60, "the requeued attempt")
     text = out.read_text()
     assert "SLURM_RESTART_COUNT=0" in text and "run_stopped" in text
