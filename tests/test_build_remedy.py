@@ -127,9 +127,21 @@ def shm_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env.pop("TORCH_EXTENSIONS_DIR", None)
     clear_cache()
     default_root = detect(sys.executable, env=env, search_globs=[]).torch_extensions_dir
-    if default_root is not None and _built_for_this_interpreter(Path(default_root) / SHM_OP):
-        return Path(default_root) / SHM_OP
     root = tmp_path_factory.mktemp("shm-build")
+    if default_root is not None and _built_for_this_interpreter(Path(default_root) / SHM_OP):
+        # A snapshot, not the shared cache itself: another environment may rebuild that one
+        # for its own paths while this module runs. And it must be up to date for ninja: a
+        # venv re-created at the same path has sources newer than an older build's objects,
+        # which ninja rebuilds, here with the broken compiler (the test then fails on the
+        # wrong op).
+        snap = root / SHM_OP
+        shutil.copytree(Path(default_root) / SHM_OP, snap)
+        ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
+        dry = subprocess.run([ninja, "-n", "-C", str(snap)], capture_output=True, text=True,
+                             check=False, timeout=60)  # fmt: skip
+        if _built_for_this_interpreter(snap) and "no work to do" in dry.stdout:
+            return snap
+        shutil.rmtree(snap)
     subprocess.run(
         [sys.executable, "-c",
          "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()"],
