@@ -284,8 +284,12 @@ def test_real_slurm_requeue_continues_at_the_rung(tmp_path: Path, slurm: dict[st
     wait_for(lambda: "SLURM_RESTART_COUNT=1" in out.read_text(), 180, "the requeued start")
     wait_for(lambda: len(micros(tmp_path)) >= 3, 60, "the requeued attempt")
     text = out.read_text()
-    assert "SLURM_RESTART_COUNT=0" in text and "run_stopped" in text
-    assert "run_recovered" in text  # same state.json, on the shared filesystem
+    # The first start ends on the requeue's SIGTERM: gracefully ("run_stopped"), or, as Slurm
+    # did under a loaded full-suite run here, killed with its job step before dsguard logged
+    # anything. Either way the next start recovers the same state.json (on the shared
+    # filesystem) and goes on at the rung the first one had reached.
+    assert "SLURM_RESTART_COUNT=0" in text
+    assert "run_recovered" in text
     assert micros(tmp_path)[0] == 8 and set(micros(tmp_path)[1:]) == {4}
     state = json.loads((tmp_path / "out" / ".dsguard-slurm" / "log" / "state.json").read_text())
     assert state["knobs"]["micro_batch_size"] == 4
