@@ -108,6 +108,27 @@ def test_unknown_events_extra_fields_and_predictions_do_not_break_it() -> None:
     assert "from_the_future x1" in html and "<svg" in html
 
 
+def test_an_attempt_killed_before_its_first_heartbeat_has_an_empty_bar() -> None:
+    """The demo's first attempt was OOM-killed during start-up: no heartbeat, no prediction
+    (fit off). Its memory row says so; the page was not written (``max()`` of nothing)."""
+    knobs4 = {"micro_batch_size": 4, "gradient_accumulation_steps": 2}
+    second = [
+        {"event": "attempt_started", "attempt": 2, "knobs": knobs4, "global_batch": 8,
+         "phase": 1},
+        {"event": "attempt_finished", "attempt": 2, "exit_code": 0, "ended_by": "exit"},
+    ]  # fmt: skip
+    evs = _events()
+    ts = "2026-01-01T00:01:{:02d}.000+00:00"
+    evs[-1:-1] = [
+        {"run_id": "r", "job": "j", "ts": ts.format(i), **e} for i, e in enumerate(second)
+    ]
+    beats = {2: [{"global_step": 1, "time_s": 1.0, "rank": 0, "host_rss_bytes": 1 << 30}]}
+    view = build(evs, beats)
+    assert view.attempts[0].host_peak_bytes is None and view.attempts[1].host_peak_bytes
+    html = page([("j", view)])
+    assert "not measured (ended before its first heartbeat)" in html
+
+
 def test_the_host_limit_line_says_how_the_limit_was_enforced() -> None:
     """A memory cgroup counts resident memory, RLIMIT_AS address space: the same 2.5 GiB
     line means different things, so the chart takes the mechanism from the event log."""

@@ -270,8 +270,11 @@ def _bars(
                 f'<path d="M{px:.1f},{yy - 1} l5,8 l-5,8 l-5,-8z" fill="#111">'
                 f"<title>predicted {_gib(pred)}</title></path>"
             )
-        right = max(x(v) for v in (peak, pred) if v is not None)
-        out.append(f'<text x="{right + 8:.1f}" y="{yy + 12}">{_e(", ".join(label))}</text>')
+        # An attempt killed before its first heartbeat (the demo's kernel OOM kill during
+        # start-up) has neither a measured peak nor, with the fit off, a prediction.
+        right = max((x(v) for v in (peak, pred) if v is not None), default=x.px0)
+        text = ", ".join(label) or "not measured (ended before its first heartbeat)"
+        out.append(f'<text x="{right + 8:.1f}" y="{yy + 12}">{_e(text)}</text>')
     if limit:
         px = x(limit)
         end = px > W - 320  # the label would run off the page: put it left of the line
