@@ -30,6 +30,10 @@ test: lint unit
 # memory limit fails at micro-batch 8 and dsguard heals it. Ends with a short summary.
 demo: $(VENV)/.installed
 	rm -rf runs/tiny-cpu && mkdir -p runs/tiny-cpu
+	@# DeepSpeed JIT-builds its CPU comm op at start; built inside the attempt's 2.5 GiB memory
+	@# cgroup, the compiler itself is OOM-killed and the demo would "heal" that instead of the
+	@# training's own OOM. Build it once here, outside the limit (a no-op once built).
+	$(VENV)/bin/python -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()" >/dev/null 2>&1 || true
 	$(VENV)/bin/dsguard run configs/examples/tiny-cpu.yaml --quiet; \
 	code=$$?; echo; echo "== summary (runs/tiny-cpu/events.jsonl) =="; \
 	$(VENV)/bin/dsguard events runs/tiny-cpu \
