@@ -60,3 +60,18 @@ def test_output_without_secrets_is_passed_through_byte_for_byte() -> None:
     data = b"step 3 loss 2.31 \xe2\x96\x88\xff\r{'key_len': 4, 'monkey': 1}\n"
     assert redact_output(data) == data
     assert redact_output(b"--api_key=abc --lr=1e-4\n") == b"--api_key=<redacted> --lr=1e-4\n"
+
+
+def test_secrets_printed_with_a_space_or_quoted_are_redacted() -> None:
+    # A wrapper echoing its argv joined by spaces, argparse's Namespace repr, a config dict.
+    line = (
+        b"cmd: train.py --api_key sk-live-0123 --lr 1e-4 --hub_token --fp16\n"
+        b"Namespace(api_key='sk-live-0123', model='gpt2', max_tokens=5)\n"
+        b"{'hub_token': \"abc123\", 'tokenizer_name': 'gpt2', 'key_len': 4}\n"
+    )
+    out = redact_output(line)
+    assert b"sk-live-0123" not in out and b"abc123" not in out
+    assert b"--api_key <redacted> --lr 1e-4" in out
+    assert b"--hub_token --fp16" in out  # the next word is a flag, not a value
+    assert b"api_key='<redacted>', model='gpt2', max_tokens=5" in out
+    assert b"'hub_token': \"<redacted>\", 'tokenizer_name': 'gpt2', 'key_len': 4" in out
