@@ -842,7 +842,9 @@ _NAMES.update({cls: name for name, cls in EVENTS.items()})
 class PlanApplied(Event):
     """Before the first attempt, the start config was replaced by the fastest config
     predicted to fit (``source``: ``estimate``, or ``store`` for a known-good config of a
-    matching earlier run), with the predicted peak against the memory available."""
+    matching earlier run, or ``store_other_env`` one step safer than a config an earlier run
+    measured in another training environment, ``probe``), with the predicted peak against the
+    memory available."""
 
     source: str
     changes: dict[str, Any]

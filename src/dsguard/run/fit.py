@@ -86,17 +86,35 @@ def gpu_available_bytes(job: Job) -> tuple[int | None, bool, str]:
     return free, True, desc
 
 
-#: Asked of the training interpreter (no torch import: metadata only, milliseconds).
+#: Asked of the training interpreter (no torch import: metadata only, milliseconds): the three
+#: versions the regime signature names, and the fingerprint of the whole environment: a hash
+#: of every installed distribution's ``name==version`` (names normalised as PEP 503 does),
+#: sorted. The signature's versions miss a change like ``datasets`` installed into the venv,
+#: which the HF Trainer then imports (+1.27 GiB address space, +108 MiB resident measured,
+#: ``bench/RESULTS.md`` P5LIVE); the fingerprint sees it.
 _VERSIONS_CODE = (
-    "import importlib.metadata as m\n"
+    "import hashlib, importlib.metadata as m, re\n"
     "for n in ('torch', 'deepspeed', 'transformers'):\n"
     "    try: print(n, m.version(n))\n"
     "    except Exception: print(n, '-')\n"
+    "ds = sorted({re.sub(r'[-_.]+', '-', (d.metadata['Name'] or '?')).lower() + '=='\n"
+    "             + str(d.version) for d in m.distributions()})\n"
+    "print('env', hashlib.sha256('\\n'.join(ds).encode()).hexdigest()[:16], len(ds))\n"
 )
 
 
-def training_versions(python: str) -> dict[str, str]:
-    """torch / DeepSpeed / transformers versions of the training environment ({} unknown)."""
+@dataclass(frozen=True, slots=True)
+class TrainingEnv:
+    """What the training interpreter says of its environment (empty: it could not be asked)."""
+
+    versions: dict[str, str] = field(default_factory=dict)
+    #: 16 hex digits over the sorted ``name==version`` of every distribution; "" unknown.
+    fingerprint: str = ""
+    distributions: int = 0
+
+
+def training_environment(python: str) -> TrainingEnv:
+    """torch / DeepSpeed / transformers versions and the environment fingerprint."""
     import subprocess
 
     try:
@@ -105,8 +123,18 @@ def training_versions(python: str) -> dict[str, str]:
             check=False,
         ).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        return {}
-    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+        return TrainingEnv()
+    fields = [line.split(" ") for line in out.splitlines()]
+    versions = {f[0]: f[1] for f in fields if len(f) == 2}
+    env = next((f for f in fields if len(f) == 3 and f[0] == "env"), None)
+    if env is None or not env[2].isdigit():
+        return TrainingEnv(versions)
+    return TrainingEnv(versions, env[1], int(env[2]))
+
+
+def training_versions(python: str) -> dict[str, str]:
+    """torch / DeepSpeed / transformers versions of the training environment ({} unknown)."""
+    return training_environment(python).versions
 
 
 def host_available_bytes(job: Job) -> int | None:
@@ -139,20 +167,21 @@ def fit_inputs(job: Job, *, scale: float = 1.0) -> FitInputs | str:
         buffers=ds_buffers(ds, shape.hidden_size),
     )
     per_rank_host = None if host_free is None else host_free // max(1, job.world_size)
+    env = training_environment(job.python)
     parts = {
         "model": {k: v for k, v in dataclasses.asdict(shape).items() if k != "source"},
         "params": shape.param_count(),
         "memory": gpu_desc if has_gpu else f"host {host_free}",
         "world_size": job.world_size, "dtype_bytes": regime.dtype_bytes,
         "attention": attn or "default", "knobs": job.knobs.as_dict(),
-        "deepspeed": ds, "versions": training_versions(job.python),
+        "deepspeed": ds, "versions": env.versions,
     }  # fmt: skip
     return FitInputs(
         shape=shape, regime=regime,
         available_bytes=gpu_free if has_gpu else host_free,
         host_available_bytes=per_rank_host if has_gpu else None,
         scale=scale, rungs=(*job.ladder.oom, *job.ladder.host_oom),
-        signature=signature(parts),
+        signature=signature(parts), env_fingerprint=env.fingerprint,
     )  # fmt: skip
 
 
@@ -208,7 +237,7 @@ class FitState:
             )
         inputs = dataclasses.replace(self.inputs, scale=self.scale, fresh=fresh)
         known = self.known()
-        plan = plan_fit(start, ctx, inputs, known)
+        plan = plan_fit(start, ctx, inputs, known, self.hints())
         if self.probe_enabled and fresh:
             return self._with_probe(plan, inputs, known, ctx.min_micro_batch_size)
         return plan
@@ -260,7 +289,16 @@ class FitState:
         return ok
 
     def known(self) -> dict[Knobs, KnownOutcome]:
-        """What the store knows of this regime ({} without a usable store)."""
+        """What the store knows of this regime in this training environment ({} without a
+        usable store)."""
+        return self._outcomes(same_env=True)
+
+    def hints(self) -> dict[Knobs, KnownOutcome]:
+        """What the store knows of this regime from other training environments (or from
+        records without a fingerprint, an older store): hints for the plan, not known-good."""
+        return self._outcomes(same_env=False)
+
+    def _outcomes(self, *, same_env: bool) -> dict[Knobs, KnownOutcome]:
         if self.store is None or self.inputs is None or not self.inputs.signature:
             return {}
         try:
@@ -268,23 +306,28 @@ class FitState:
         except StoreUnavailable as exc:
             self._lose_store(str(exc))
             return {}
+        here = self.inputs.env_fingerprint
+        # An unknown current environment cannot tell records apart: all count as this one.
+        picked = [r for r in records if (not here or r.env == here) == same_env]
         out: dict[Knobs, KnownOutcome] = {}
-        for entry in summarize(records).values():
+        for entry in summarize(picked).values():
             try:
                 knobs = Knobs.from_dict(entry["knobs"])
             except (TypeError, ValueError):
                 continue
             out[knobs] = KnownOutcome(
-                entry["outcome"] == "fit", entry["samples_per_s"], entry["peak_bytes"]
-            )
+                entry["outcome"] == "fit", entry["samples_per_s"], entry["peak_bytes"],
+                entry["env"],
+            )  # fmt: skip
         return out
 
     def remember(self, knobs: Knobs, outcome: Outcome, peak: int | None, sps: float | None) -> None:
-        """Record an attempt's outcome for later runs of the same regime."""
+        """Record an attempt's outcome for later runs of the same regime (and environment)."""
         if self.store is None or self.inputs is None or not self.inputs.signature:
             return
+        env = self.inputs.env_fingerprint or None
         try:
-            self.store.record(self.inputs.signature, knobs.as_dict(), outcome, peak, sps)
+            self.store.record(self.inputs.signature, knobs.as_dict(), outcome, peak, sps, env=env)
         except StoreUnavailable as exc:
             self._lose_store(str(exc))
 
@@ -404,4 +447,6 @@ _REASONS: dict[str, str] = {
     "estimate": "the start config is predicted not to fit; ",
     "store": "an earlier run of this regime measured it: ",
     "probe": "fit_probe: the store's speed of this config is unknown; ",
+    "store_other_env": "the store knows this regime only from another training environment "
+    "(installed packages differ): a hint, not known-good; ",
 }
