@@ -6,18 +6,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dsguard.cli.main import main
+from dsguard.core.estimate import ModelShape, Regime, estimate
+from dsguard.core.fit import FitInputs
+from dsguard.host.cgroup import MemoryCgroup, group_peak_bytes, memory_cgroups
+from dsguard.host.memory import tree_peaks
 from dsguard.job.file import load_job
+from dsguard.job.knobs import Knobs
+from dsguard.job.model import HOST_OOM_RUNGS
 from dsguard.run.fit import FitState, fit_inputs, training_environment
+from dsguard.run.loop import Supervisor
+from dsguard.run.sdnotify import Notifier
 from dsguard.run.store import KnownGoodStore
-from dsguard.testing import Beat, Script
-from tests.test_fit_loop import GIB, OOM, _facts, _named, _ok, _plan_job, _run
+from dsguard.testing import Beat, FakeHost, Script
+from tests.conftest import write_job
+from tests.test_fit_loop import CPU_OOM, GIB, OOM, _facts, _named, _ok, _plan_job, _run
 
 # -- 1. the store sees the training environment -----------------------------------------------
 
@@ -129,3 +141,137 @@ def test_plan_fit_shows_a_record_from_another_environment(
     assert got["store"]["other_env"][0]["env"] == "0123456789abcdef"
     assert got["store"]["env_fingerprint"] == facts.env_fingerprint
     assert got["chosen"]["knobs"] != knobs
+
+
+# -- 2. calibration from the attempt's process tree, without heartbeats ------------------------
+
+CPU_REGIME = Regime("cpu", dtype_bytes=4, efficient_attention=False)
+SMALL = ModelShape(
+    hidden_size=256, num_layers=4, num_heads=8, intermediate_size=688, vocab_size=1000,
+    num_kv_heads=8, max_position=1024, source="test",
+)  # fmt: skip
+
+
+def _run_cpu(
+    tmp_path: Path, scripts: list[Script], facts: FitInputs, **job: Any
+) -> tuple[int, list[dict[str, Any]], FakeHost]:
+    """A CPU job (host limit) through the real loop on a FakeHost; (exit, events, host)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    sections: dict[str, Any] = {
+        "train": {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "max_length": 512},
+        "deepspeed": {"config": str(ds)}, "fit": False, **job,
+    }  # fmt: skip
+    write_job(tmp_path, [], **sections)
+    loaded = load_job(tmp_path / "job.yaml")
+    loaded.log_dir.mkdir(parents=True, exist_ok=True)
+    assert loaded.checkpoints is not None
+    host = FakeHost(scripts, ckpt_dir=loaded.checkpoints.dir)
+    sup = Supervisor(loaded, host=host, base_env={}, notifier=Notifier({}),
+                     fit_facts=lambda _job: facts)  # fmt: skip
+    code = sup.run()
+    lines = (loaded.log_dir / "events.jsonl").read_text().splitlines()
+    return code, [json.loads(x) for x in lines], host
+
+
+def _cpu_facts(**kw: Any) -> FitInputs:
+    return FitInputs(SMALL, CPU_REGIME, 4 * GIB, rungs=HOST_OOM_RUNGS, **kw)
+
+
+#: run_clm's own output: no heartbeats, no step lines dsguard knows.
+SILENT_OK = Script(lines=((1.0, "***** Running training *****"),), exit_at_s=5.0,
+                   vm_peak_bytes=int(2.75 * GIB), vm_hwm_bytes=int(0.6 * GIB),
+                   cgroup_peak_bytes=int(0.7 * GIB))  # fmt: skip
+
+
+def test_a_script_without_heartbeats_calibrates_on_its_measured_vm_peak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run_clm case: RLIMIT_AS, an unmodified script (no heartbeats). dsguard reads its
+    tree's VmPeak from outside, calibrates the estimate on it and records it in the store."""
+    monkeypatch.setenv("DSGUARD_STORE", str(tmp_path / "store.sqlite"))
+    facts = _cpu_facts(signature="silent", env_fingerprint="e1")
+    code, events, _ = _run_cpu(
+        tmp_path / "a", [SILENT_OK], facts,
+        resources={"host_memory_limit": "3GiB", "host_memory_via": "rlimit_as"},
+    )  # fmt: skip
+    assert code == 0
+    (cal,) = _named(events, "estimate_calibrated")
+    assert cal["measure"] == "vm_peak" and cal["source"] == "process_tree"
+    assert cal["measured_bytes"] == int(2.75 * GIB)
+    predicted = estimate(SMALL, Knobs(8, 1, max_length=512, zero_stage=2), CPU_REGIME).host.total
+    assert cal["predicted_bytes"] == predicted
+    assert cal["scale"] == pytest.approx(2.75 * GIB / predicted, rel=1e-3)
+    (rec,) = KnownGoodStore().lookup("silent")
+    assert rec.outcome == "fit" and rec.peak_bytes == int(2.75 * GIB) and rec.env == "e1"
+
+
+def test_under_a_cgroup_the_attempts_cgroup_peak_is_the_measure(tmp_path: Path) -> None:
+    code, events, host = _run_cpu(
+        tmp_path, [SILENT_OK], _cpu_facts(), resources={"host_memory_limit": "3GiB"},
+    )  # fmt: skip
+    assert code == 0 and host.memory_limits[0].how == "cgroup_v1"
+    (cal,) = _named(events, "estimate_calibrated")
+    assert cal["measure"] == "cgroup_peak" and cal["source"] == "cgroup"
+    assert cal["measured_bytes"] == int(0.7 * GIB)
+
+
+def test_a_silent_oom_scales_up_only_and_other_failures_do_not_calibrate(
+    tmp_path: Path,
+) -> None:
+    """A memory failure's peak is a lower bound of the need: above the prediction it scales
+    the estimate up; a crash that is not about memory says nothing of the need."""
+    limit = {"host_memory_limit": "6GiB", "host_memory_via": "rlimit_as"}
+    predicted = estimate(SMALL, Knobs(8, 1, max_length=512, zero_stage=2), CPU_REGIME).host.total
+    assert 2.9 * GIB < predicted < 4.5 * GIB
+    below = Script(lines=((1.0, "x"), (3.0, CPU_OOM)), exit_code=1, exit_at_s=3.5,
+                   vm_peak_bytes=int(2.9 * GIB))  # fmt: skip
+    above = dataclasses.replace(below, vm_peak_bytes=int(4.5 * GIB))
+    code, events, _ = _run_cpu(tmp_path / "a", [below, above, SILENT_OK], _cpu_facts(),
+                               resources=limit)  # fmt: skip
+    assert code == 0
+    first, second = _named(events, "estimate_calibrated")
+    assert first["attempt"] == 2 and first["measured_bytes"] == int(4.5 * GIB)
+    assert first["scale"] > 1.0
+    assert second["attempt"] == 3 and second["measured_bytes"] == int(2.75 * GIB)
+    crash = Script(lines=((1.0, "x"), (3.0, "ValueError: bad input")), exit_code=1,
+                   exit_at_s=3.5, vm_peak_bytes=int(2.9 * GIB))  # fmt: skip
+    _, events, _ = _run_cpu(tmp_path / "b", [crash], _cpu_facts(), resources=limit)
+    assert not _named(events, "estimate_calibrated")
+
+
+def test_tree_peaks_read_a_real_childs_vm_peak_and_hwm() -> None:
+    """A real child that touched 200 MB: its VmHWM and VmPeak are in its parent's tree."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; b = bytearray(200 * 2**20); "
+         "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        got = tree_peaks(os.getpid())
+        assert got is not None
+        peak, hwm = got
+        assert hwm >= 200 * 2**20 and peak >= 200 * 2**20
+        alone = tree_peaks(child.pid)
+        assert alone is not None and alone[1] >= 200 * 2**20
+    finally:
+        child.kill()
+        child.wait()
+    assert tree_peaks(2**22 + 12345) is None
+
+
+def test_the_attempt_cgroups_peak_is_read_from_its_own_files(tmp_path: Path) -> None:
+    v1 = MemoryCgroup(1, tmp_path / "v1")
+    v1.dir.mkdir()
+    (v1.dir / "memory.max_usage_in_bytes").write_text("734003200\n")
+    assert group_peak_bytes(v1) == 734003200
+    v2 = MemoryCgroup(2, tmp_path / "v2")
+    v2.dir.mkdir()
+    assert group_peak_bytes(v2) is None  # a kernel before 5.19 has no memory.peak
+    (v2.dir / "memory.peak").write_text("123\n")
+    assert group_peak_bytes(v2) == 123
+    for cg in memory_cgroups():  # this machine's own, where there is one
+        if cg.version == 1 and (cg.dir / "memory.max_usage_in_bytes").exists():
+            assert (group_peak_bytes(cg) or 0) > 0

@@ -882,12 +882,18 @@ class EvidenceConsidered(Event):
 
 class EstimateCalibrated(Event):
     """A finished attempt's measured peak against the estimate for its config; the ratio
-    scales the estimator for the rest of the run."""
+    scales the estimator for the rest of the run. ``measure``: ``max_memory_reserved`` or
+    ``host_rss`` (heartbeats), ``vm_peak`` / ``cgroup_peak`` / ``vm_hwm`` (measured by
+    dsguard from outside)."""
 
     predicted_bytes: int
     measured_bytes: int
     measure: str
     scale: float
+    #: Where the measurement came from: ``heartbeat`` (the trainer's own report),
+    #: ``process_tree`` (``/proc/<pid>/status`` of the attempt's processes) or ``cgroup`` (the
+    #: attempt's memory cgroup), the last two for scripts that send no heartbeats.
+    source: str = "heartbeat"
 
 
 class StoreUnavailable(Event):

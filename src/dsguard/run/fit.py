@@ -368,18 +368,22 @@ class FitState:
         host_peak: int | None,
         *,
         lower_bound: bool = False,
+        host_measure: str = "host_rss",
     ) -> tuple[int, int, str] | None:
         """Measured against predicted (unscaled) peak of ``knobs``; sets the scale. Returns
         (predicted, measured, what was measured), or None when there is nothing to compare.
         ``lower_bound``: the attempt died of memory, so the measured peak is less than the
-        need; only a measurement above the scaled prediction moves the scale (up)."""
+        need; only a measurement above the scaled prediction moves the scale (up).
+        ``host_measure``: what ``host_peak`` is; a heartbeat's ``host_rss`` counts only where
+        resident memory is what is limited, dsguard's outside measures (``vm_peak``,
+        ``cgroup_peak``, ``vm_hwm``) are chosen to match the limit (``run.observe``)."""
         if self.inputs is None:
             return None
         est = estimate(self.inputs.shape, knobs, self.inputs.regime)
         if est.gpu is not None:
             measured, what, predicted = gpu_peak, "max_memory_reserved", est.gpu.total
-        elif self.rss_comparable:
-            measured, what, predicted = host_peak, "host_rss", est.host.total
+        elif self.rss_comparable or host_measure != "host_rss":
+            measured, what, predicted = host_peak, host_measure, est.host.total
         else:
             return None
         if not measured or predicted <= 0:
