@@ -18,6 +18,7 @@ import pytest
 from dsguard.cli.main import main
 from dsguard.core.estimate import ModelShape, Regime, estimate
 from dsguard.core.fit import FitInputs
+from dsguard.core.floor import MemoryFailure, judge_floor
 from dsguard.host.cgroup import MemoryCgroup, group_peak_bytes, memory_cgroups
 from dsguard.host.memory import tree_peaks
 from dsguard.job.file import load_job
@@ -275,3 +276,85 @@ def test_the_attempt_cgroups_peak_is_read_from_its_own_files(tmp_path: Path) -> 
     for cg in memory_cgroups():  # this machine's own, where there is one
         if cg.version == 1 and (cg.dir / "memory.max_usage_in_bytes").exists():
             assert (group_peak_bytes(cg) or 0) > 0
+
+
+# -- 3. a memory floor no move changes ----------------------------------------------------------
+
+MIB = 2**20
+
+
+def _killed_at_start(rss: int) -> Script:
+    """OOM-killed by the cgroup during start-up (no step), its tree resident at ``rss``."""
+    return Script(lines=((1.0, "loading the model"),), exit_at_s=6.0, exit_code=-9,
+                  rss_bytes=rss, oom_kills=1)  # fmt: skip
+
+
+def test_a_limit_below_the_start_up_floor_gives_up_after_two_useless_moves(
+    tmp_path: Path,
+) -> None:
+    """P5 run_clm at 560 MiB: launcher plus rank resident ~0.63 GiB before any step, every
+    attempt OOM-killed at start-up whatever the knobs; the run used to give up only at
+    max_attempts (8 attempts). Now: after two moves the estimate said would reduce the need
+    and that changed nothing, it gives up naming the limit and the floor."""
+    floor = int(0.63 * GIB)
+    code, events, _ = _run_cpu(
+        tmp_path, [_killed_at_start(floor)] * 8, _cpu_facts(),
+        resources={"host_memory_limit": "560MiB"}, limits={"max_attempts": 8},
+    )  # fmt: skip
+    assert code != 0
+    started = _named(events, "attempt_started")
+    assert len(started) == 4  # pin_memory (not modelled), then two predicted-useful moves
+    (found,) = _named(events, "memory_floor_detected")
+    assert found["limit_bytes"] == 560 * MIB and found["floor_bytes"] == floor
+    assert found["measure"] == "resident_at_death" and len(found["attempts"]) == 3
+    (gave_up,) = _named(events, "run_gave_up")
+    assert "0.55 GiB" in gave_up["reason"] and "0.63 GiB" in gave_up["reason"]
+    assert "raise the limit" in gave_up["reason"]
+
+
+def test_an_activation_oom_below_the_floor_is_still_healed(tmp_path: Path) -> None:
+    """The same kills, but the samples before each kill show the start-up plateau well below
+    the limit (the activations of one quick forward filled it): the knobs help, no floor."""
+    plateau = int(0.3 * GIB)
+    fits = Script(lines=((1.0, "step 1"),), exit_at_s=6.0, rss_bytes=plateau)
+    code, events, _ = _run_cpu(
+        tmp_path, [_killed_at_start(plateau)] * 4 + [fits], _cpu_facts(),
+        resources={"host_memory_limit": "560MiB"}, limits={"max_attempts": 8},
+    )  # fmt: skip
+    assert code == 0 and not _named(events, "memory_floor_detected")
+    assert len(_named(events, "attempt_started")) == 5
+
+
+def test_a_heartbeat_before_step_1_at_the_limit_gives_up_at_once(tmp_path: Path) -> None:
+    at_start = Script(
+        lines=((1.0, "loading"),), exit_at_s=6.0, exit_code=-9, oom_kills=1,
+        heartbeats=(Beat(at_s=2.0, step=0, rss_bytes=600 * MIB),),
+    )  # fmt: skip
+    code, events, _ = _run_cpu(
+        tmp_path, [at_start] * 3, _cpu_facts(), resources={"host_memory_limit": "560MiB"},
+    )  # fmt: skip
+    assert code != 0 and len(_named(events, "attempt_started")) == 1
+    (found,) = _named(events, "memory_floor_detected")
+    assert found["measure"] == "heartbeat_before_step_1" and found["floor_bytes"] == 600 * MIB
+
+
+def _mf(n: int, micro: int, measured: int, **kw: Any) -> MemoryFailure:
+    knobs = Knobs(micro, 8 // micro, max_length=512, zero_stage=2)
+    return MemoryFailure(n, knobs, 1000 * micro, measured, "resident_at_death", **kw)
+
+
+def test_judge_floor_needs_two_predicted_moves_an_unchanged_measure_at_the_limit() -> None:
+    limit = 1000
+    same = [_mf(1, 8, 990), _mf(2, 4, 995), _mf(3, 2, 990)]
+    got = judge_floor(same, limit)
+    assert got is not None and got.attempts == (1, 2, 3) and got.floor_bytes == 990
+    assert judge_floor(same[1:], limit) is None  # one move only
+    assert judge_floor([_mf(1, 8, 990), _mf(2, 4, 900), _mf(3, 2, 880)], limit) is None
+    assert judge_floor([_mf(1, 8, 700), _mf(2, 4, 700), _mf(3, 2, 700)], limit) is None
+    stepped = [*same[:2], _mf(3, 2, 990, stepped=True)]
+    assert judge_floor(stepped, limit) is None
+    sized = [*same[:2], _mf(3, 2, 990, tried_bytes=200_000_000)]
+    assert judge_floor(sized, limit) is None  # a failing allocation: the evidence rules' case
+    no_estimate = [dataclasses.replace(f, predicted_bytes=None) for f in same]
+    assert judge_floor(no_estimate, limit) is None
+    assert judge_floor(same, None) is None

@@ -1015,5 +1015,26 @@ EVENTS.update(
 )
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
+# -- issue 15 (fitfix): a memory floor no move changes --
+
+
+class MemoryFloorDetected(Event):
+    """The memory the training needs before its first step (imports, model load) is above
+    the limit, so no memory move can help: the run gives up now instead of walking the
+    ladder. ``floor_bytes``: the memory measured (``measure``: ``resident_at_death``, the
+    attempt tree's resident memory before the kill; ``vm_peak`` under RLIMIT_AS;
+    ``heartbeat_before_step_1``) at the failures of ``attempts``; ``limit_bytes``: the limit
+    it was measured against. ``reason`` says what to do (raise the limit)."""
+
+    limit_bytes: int
+    floor_bytes: int
+    measure: str
+    attempts: list[int]
+    reason: str
+
+
+EVENTS.update({"memory_floor_detected": MemoryFloorDetected})
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))

@@ -48,8 +48,9 @@ from dsguard.core.divergence import (
     nonfinite,
     skip_window,
 )
-from dsguard.core.evidence import MoveEvidence
+from dsguard.core.evidence import MoveEvidence, parse_oom
 from dsguard.core.fit import FitInputs, FitPlan
+from dsguard.core.floor import Floor, MemoryFailure, judge_floor
 from dsguard.core.ladder import (
     LADDER_FOR,
     REMEDY_KINDS,
@@ -284,6 +285,8 @@ class _Current:
     #: The attempt tree's largest VmPeak and summed VmHWM seen so far (sampled with the RSS).
     vm_peak: int | None = None
     vm_hwm: int | None = None
+    #: The memory limit the attempt ran under, kept after it was released (``_floor``).
+    limit_used: MemoryLimit | None = None
     silent_s: float = 0.0
     log_failure_noted: bool = False
     #: The loss or grad norm turned NaN/inf (seen while running or after the exit).
@@ -344,6 +347,8 @@ class _Run:
     probe_move: ProbeMove | None = None
     probe_move_wall: float = 0.0
     probe_cost: _ProbeCost = field(default_factory=_ProbeCost)
+    #: This run's consecutive host-memory failures, for the floor judgement (``core.floor``).
+    memory_failures: list[MemoryFailure] = field(default_factory=list)
 
 
 @dataclass
@@ -693,6 +698,7 @@ class Supervisor:
         return ml.cgroup
 
     def _release_memory_limit(self, cur: _Current) -> None:
+        cur.limit_used = cur.memlimit or cur.limit_used
         if cur.memlimit is not None and cur.memlimit.cgroup is not None:
             self.host.remove_memory_limit(cur.memlimit)
         cur.memlimit = None
@@ -1107,6 +1113,9 @@ class Supervisor:
         self._emit_failure(run, obs, failure)
         if failure.kind is FailureKind.HOST_OOM:
             self._note_cpu_only(run, cur)
+        floor = self._floor(run, cur, obs, failure)
+        if floor is not None:
+            return _Next(RunState.GAVE_UP, floor.reason, kind=failure.kind)
         evidence = None
         if failure.kind in LADDER_FOR:
             evidence = run.fit.evidence(failure.evidence, run.ledger.knobs, cur.ds_rendered)
@@ -1120,6 +1129,41 @@ class Supervisor:
         run.ended_pids = obs.pids
         run.last_kind = failure.kind
         return self._apply(run, cur, failure, decision)
+
+    def _floor(self, run: _Run, cur: _Current, obs: Observation, failure: Failure) -> Floor | None:
+        """Whether the host-memory floor before the first step is above the limit, so no move
+        can help (``core.floor``); logged as ``memory_floor_detected``. The measure at
+        failure: the attempt tree's largest VmPeak under RLIMIT_AS (what it limits), else its
+        resident memory in the samples before it died."""
+        if failure.kind is not FailureKind.HOST_OOM:
+            run.memory_failures.clear()
+            return None
+        ml = cur.limit_used
+        if ml is not None and ml.how == "rlimit_as":
+            measured, measure = (None if obs.host_peak is None else obs.host_peak.bytes), "vm_peak"
+        else:
+            measured, measure = max(cur.rss_samples, default=None), "resident_at_death"
+        figures = parse_oom(failure.evidence)
+        run.memory_failures.append(MemoryFailure(
+            obs.attempt, run.ledger.knobs, None, measured, measure,
+            stepped=obs.last_step is not None and obs.last_step >= 1,
+            floor_bytes=obs.host_rss_peak_bytes if obs.last_step == 0 else None,
+            tried_bytes=None if figures is None else figures.tried_bytes,
+        ))  # fmt: skip
+        # Predicted now, all with the same (latest calibrated) scale, so they compare.
+        failures = [
+            dataclasses.replace(f, predicted_bytes=run.fit.predict(f.knobs))
+            for f in run.memory_failures
+        ]
+        limit = ml.limit_bytes if ml is not None else self.host.memory_limit_bytes()
+        found = judge_floor(failures, limit)
+        if found is not None:
+            run.events.emit(
+                "memory_floor_detected", limit_bytes=found.limit_bytes,
+                floor_bytes=found.floor_bytes, measure=found.measure,
+                attempts=list(found.attempts), reason=found.reason,
+            )  # fmt: skip
+        return found
 
     @staticmethod
     def _emit_failure(run: _Run, obs: Observation, failure: Failure) -> None:
