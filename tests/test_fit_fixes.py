@@ -17,6 +17,7 @@ import pytest
 
 from dsguard.cli.main import main
 from dsguard.core.estimate import ModelShape, Regime, estimate
+from dsguard.core.evidence import MoveEvidence, OomFigures, buckets_futile, choose_move
 from dsguard.core.fit import FitInputs
 from dsguard.core.floor import MemoryFailure, judge_floor
 from dsguard.host.cgroup import MemoryCgroup, group_peak_bytes, memory_cgroups
@@ -30,6 +31,7 @@ from dsguard.run.sdnotify import Notifier
 from dsguard.run.store import KnownGoodStore
 from dsguard.testing import Beat, FakeHost, Script
 from tests.conftest import write_job
+from tests.test_fit_evidence import CTX
 from tests.test_fit_loop import CPU_OOM, GIB, OOM, _facts, _named, _ok, _plan_job, _run
 
 # -- 1. the store sees the training environment -----------------------------------------------
@@ -358,3 +360,56 @@ def test_judge_floor_needs_two_predicted_moves_an_unchanged_measure_at_the_limit
     no_estimate = [dataclasses.replace(f, predicted_bytes=None) for f in same]
     assert judge_floor(no_estimate, limit) is None
     assert judge_floor(same, None) is None
+
+
+# -- 4. bucket halvings against an allocation that is no bucket ---------------------------------
+
+A, B = 33_554_432, 30_607_488  # live P5 L1's two alternating sizes
+
+
+def test_bucket_halvings_stop_when_a_non_bucket_allocation_alternates() -> None:
+    k = Knobs(1, 8, max_length=1024, zero_stage=2, ds_bucket_divisor=4)
+    ev = MoveEvidence(
+        figures=OomFigures(tried_bytes=A), earlier=((1, A), (1, B)),
+        bucket_bytes=(50_000_000,), halvings=((1, 1, A), (1, 2, B)),
+    )  # fmt: skip
+    futile = buckets_futile(k, ev)
+    assert futile is not None and "/1" in futile and "did not change it" in futile
+    assert choose_move(("ds_buckets",), k, CTX, ev) is None
+    other = choose_move(("ds_buckets", "gradient_checkpointing"), k, CTX, ev)
+    assert other is not None and other.move.knobs.gradient_checkpointing
+    assert any(s.startswith("ds_buckets:") for s in other.skipped)
+    # One halving that changed the size (A then B) is not yet futile; nor is a bucket's size.
+    two = dataclasses.replace(k, ds_bucket_divisor=2)
+    first = MoveEvidence(figures=OomFigures(tried_bytes=B), halvings=((1, 1, A),))
+    assert buckets_futile(two, first) is None
+    assert choose_move(("ds_buckets",), two, CTX, first) is not None
+    bucket = dataclasses.replace(ev, figures=OomFigures(tried_bytes=50_000_000),
+                                 halvings=((1, 1, 50_000_000), (1, 2, 50_000_000)))  # fmt: skip
+    assert buckets_futile(k, bucket) is None
+    # The same size at another micro-batch says nothing of the halvings at this one.
+    elsewhere = dataclasses.replace(ev, halvings=((2, 1, A), (1, 2, B)))
+    assert buckets_futile(k, elsewhere) is None
+
+
+def test_the_loop_gives_up_after_the_halvings_changed_nothing(tmp_path: Path) -> None:
+    """Live P5 L1 through the loop: micro 1 (nothing to halve), the failing allocation
+    alternates A, B, A, none a bucket's size. Before: the buckets were halved to /64 over 6
+    attempts; now the third attempt's failure ends it, saying why."""
+    def failing(size: int) -> Script:
+        line = (f"RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: "
+                f"can't allocate memory: you tried to allocate {size} bytes. Error code 12")
+        return Script(lines=((1.0, "step 0"), (2.0, line)), exit_code=1, exit_at_s=2.5)
+
+    code, events, _ = _run_cpu(
+        tmp_path, [failing(A), failing(B), failing(A), failing(B), failing(A), failing(B), _ok()],
+        _cpu_facts(), limits={"max_attempts": 8},
+        train={"micro_batch_size": 1, "gradient_accumulation_steps": 8, "max_length": 1024,
+               "pin_memory": False},
+        resources={"host_memory_limit": "6GiB", "host_memory_via": "rlimit_as"},
+    )  # fmt: skip
+    assert code != 0
+    rungs = [e["rung"] for e in _named(events, "policy_applied")]
+    assert rungs == ["ds_buckets", "ds_buckets"]
+    (gave_up,) = _named(events, "run_gave_up")
+    assert "did not change it" in gave_up["reason"] and f"({A} bytes)" in gave_up["reason"]

@@ -213,6 +213,8 @@ class FitState:
     unavailable: str = ""
     scale: float = 1.0
     earlier: list[tuple[int, int]] = field(default_factory=list)
+    #: (micro-batch, bucket divisor, failing allocation) of the same failures.
+    halvings: list[tuple[int, int, int]] = field(default_factory=list)
     #: The known-good store, or None (no signature, or unusable: ``store_problem`` says why).
     store: KnownGoodStore | None = None
     store_problem: str | None = None
@@ -351,9 +353,13 @@ class FitState:
             figures=figures, earlier=tuple(self.earlier), bucket_bytes=sizes,
             predict=None if self.inputs is None else self._predict_unchecked,
             device=self.inputs.regime.device if self.inputs is not None else "gpu",
+            halvings=tuple(self.halvings),
         )  # fmt: skip
         if figures is not None and figures.tried_bytes is not None:
             self.earlier.append((knobs.micro_batch_size, figures.tried_bytes))
+            self.halvings.append(
+                (knobs.micro_batch_size, knobs.ds_bucket_divisor, figures.tried_bytes)
+            )
         return ev
 
     def _predict_unchecked(self, knobs: Knobs) -> int:
