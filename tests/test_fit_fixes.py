@@ -396,9 +396,12 @@ def test_the_loop_gives_up_after_the_halvings_changed_nothing(tmp_path: Path) ->
     """Live P5 L1 through the loop: micro 1 (nothing to halve), the failing allocation
     alternates A, B, A, none a bucket's size. Before: the buckets were halved to /64 over 6
     attempts; now the third attempt's failure ends it, saying why."""
+
     def failing(size: int) -> Script:
-        line = (f"RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: "
-                f"can't allocate memory: you tried to allocate {size} bytes. Error code 12")
+        line = (
+            f"RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: "
+            f"can't allocate memory: you tried to allocate {size} bytes. Error code 12"
+        )
         return Script(lines=((1.0, "step 0"), (2.0, line)), exit_code=1, exit_at_s=2.5)
 
     code, events, _ = _run_cpu(
