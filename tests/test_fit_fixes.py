@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ from dsguard.core.estimate import ModelShape, Regime, estimate
 from dsguard.core.evidence import MoveEvidence, OomFigures, buckets_futile, choose_move
 from dsguard.core.fit import FitInputs
 from dsguard.core.floor import MemoryFailure, judge_floor
+from dsguard.core.summary import build, summary_line
 from dsguard.host.cgroup import MemoryCgroup, group_peak_bytes, memory_cgroups
 from dsguard.host.memory import tree_peaks
 from dsguard.job.file import load_job
 from dsguard.job.knobs import Knobs
 from dsguard.job.model import HOST_OOM_RUNGS
+from dsguard.report.metrics import Metrics
 from dsguard.run.fit import FitState, fit_inputs, training_environment
 from dsguard.run.loop import Supervisor
 from dsguard.run.sdnotify import Notifier
@@ -33,6 +36,7 @@ from dsguard.testing import Beat, FakeHost, Script
 from tests.conftest import write_job
 from tests.test_fit_evidence import CTX
 from tests.test_fit_loop import CPU_OOM, GIB, OOM, _facts, _named, _ok, _plan_job, _run
+from tests.test_fit_probe_in_run import A_FIRST, _attempt, _k
 
 # -- 1. the store sees the training environment -----------------------------------------------
 
@@ -416,3 +420,49 @@ def test_the_loop_gives_up_after_the_halvings_changed_nothing(tmp_path: Path) ->
     assert rungs == ["ds_buckets", "ds_buckets"]
     (gave_up,) = _named(events, "run_gave_up")
     assert "did not change it" in gave_up["reason"] and f"({A} bytes)" in gave_up["reason"]
+
+
+# -- 5. a probe switch is a planned switch, not a failure ---------------------------------------
+
+
+def test_probe_switches_are_planned_in_the_metrics_and_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fit_probe: in_run`` ends two attempts to time another config (SIGTERM: exit -15,
+    after the save request) and goes back to the faster one. The metrics used to count both
+    as failed and the report as lost training; now they are planned switches with the
+    probe's own cost (``fit_probe_cost``)."""
+    monkeypatch.setenv("DSGUARD_STORE", str(tmp_path / "store.sqlite"))
+    KnownGoodStore().record("regime-m5", _k(4, 4).as_dict(), "oom", None, None)
+    b = _attempt(5, (15.0, 17.0, 19.0, 21.0, 23.0), ckpt=((22.0, 8),))
+    again = _attempt(9, (12.0, 14.0), exits=True)
+    write_job(tmp_path, [], train={"micro_batch_size": 16, "gradient_accumulation_steps": 1},
+              fit_probe="in_run")  # fmt: skip
+    job = load_job(tmp_path / "job.yaml")
+    job.log_dir.mkdir(parents=True, exist_ok=True)
+    assert job.checkpoints is not None
+    host = FakeHost([A_FIRST, b, again], ckpt_dir=job.checkpoints.dir)
+    metrics = Metrics("j", job.log_dir)
+    facts = dataclasses.replace(_facts(10_000 * GIB), signature="regime-m5")
+    sup = Supervisor(job, host=host, base_env={}, notifier=Notifier({}), listeners=(metrics,),
+                     fit_facts=lambda _j: facts,
+                     now=lambda: datetime.fromtimestamp(host.wall(), UTC))  # fmt: skip
+    try:
+        assert sup.run() == 0
+    finally:
+        metrics.close()
+    events = [json.loads(x) for x in (job.log_dir / "events.jsonl").read_text().splitlines()]
+    ends = [(e["ended_by"], e["exit_code"]) for e in _named(events, "attempt_finished")]
+    assert ends == [("probe", -15), ("probe", -15), ("exit", 0)]
+    assert +metrics.outcomes == {"fit_probe_switch": 2, "exit_0": 1}
+    (cost,) = _named(events, "fit_probe_cost")
+    assert metrics.values["dsguard_fit_probe_lost_seconds"] == cost["lost_s"] > 0
+    assert 'kind="fit_probe_switch"} 2' in metrics.text()
+
+    view = build(events)
+    assert [a.probe_switch for a in view.attempts] == [True, True, False]
+    assert view.lost_s == 0.0 and view.lost_exact
+    assert view.probe_switches == 2 and view.probe_lost_s == cost["lost_s"]
+    line = summary_line(view)
+    assert "2 planned fit_probe switches (" in line and "spent on them" in line
+    assert "training lost" not in line
