@@ -58,6 +58,14 @@ def test_the_fingerprint_changes_when_a_package_is_installed(
     assert after.versions == before.versions
     assert after.distributions == before.distributions + 1
     assert after.fingerprint != before.fingerprint
+    # Another dsguard (an upgrade of the supervisor) is not the training's environment.
+    other = tmp_path / "other"
+    (other / "dsguard-99.0.dist-info").mkdir(parents=True)
+    (other / "dsguard-99.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: dsguard\nVersion: 99.0\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{other}")
+    assert training_environment(sys.executable).fingerprint == after.fingerprint
     assert training_environment("/nonexistent/python").fingerprint == ""
 
 

@@ -91,14 +91,16 @@ def gpu_available_bytes(job: Job) -> tuple[int | None, bool, str]:
 #: of every installed distribution's ``name==version`` (names normalised as PEP 503 does),
 #: sorted. The signature's versions miss a change like ``datasets`` installed into the venv,
 #: which the HF Trainer then imports (+1.27 GiB address space, +108 MiB resident measured,
-#: ``bench/RESULTS.md`` P5LIVE); the fingerprint sees it.
+#: ``bench/RESULTS.md`` P5LIVE); the fingerprint sees it. dsguard itself is left out: an
+#: upgrade of the supervisor must not turn every known-good record into a mere hint.
 _VERSIONS_CODE = (
     "import hashlib, importlib.metadata as m, re\n"
     "for n in ('torch', 'deepspeed', 'transformers'):\n"
     "    try: print(n, m.version(n))\n"
     "    except Exception: print(n, '-')\n"
-    "ds = sorted({re.sub(r'[-_.]+', '-', (d.metadata['Name'] or '?')).lower() + '=='\n"
-    "             + str(d.version) for d in m.distributions()})\n"
+    "names = ((re.sub(r'[-_.]+', '-', d.metadata['Name'] or '?').lower(), str(d.version))\n"
+    "         for d in m.distributions())\n"
+    "ds = sorted({f'{n}=={v}' for n, v in names if n != 'dsguard'})\n"
     "print('env', hashlib.sha256('\\n'.join(ds).encode()).hexdigest()[:16], len(ds))\n"
 )
 
