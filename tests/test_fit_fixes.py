@@ -303,13 +303,15 @@ def _killed_at_start(rss: int) -> Script:
                   rss_bytes=rss, oom_kills=1)  # fmt: skip
 
 
-def test_a_limit_below_the_start_up_floor_gives_up_after_two_useless_moves(
+def test_a_limit_below_the_start_up_floor_gives_up_after_two_useless_levers(
     tmp_path: Path,
 ) -> None:
     """P5 run_clm at 560 MiB: launcher plus rank resident ~0.63 GiB before any step, every
     attempt OOM-killed at start-up whatever the knobs; the run used to give up only at
-    max_attempts (8 attempts). Now: after two moves the estimate said would reduce the need
-    and that changed nothing, it gives up naming the limit and the floor."""
+    max_attempts (8 attempts). Now: once moves of two different knobs the estimate said would
+    reduce the need (the micro-batch, then the buckets) changed nothing, it gives up naming
+    the limit and the floor. Micro-batch halvings alone are not enough (see
+    ``test_judge_floor_needs_two_predicted_moves_an_unchanged_measure_at_the_limit``)."""
     floor = int(0.63 * GIB)
     code, events, _ = _run_cpu(
         tmp_path, [_killed_at_start(floor)] * 8, _cpu_facts(),
@@ -317,7 +319,10 @@ def test_a_limit_below_the_start_up_floor_gives_up_after_two_useless_moves(
     )  # fmt: skip
     assert code != 0
     started = _named(events, "attempt_started")
-    assert len(started) == 4  # pin_memory (not modelled), then two predicted-useful moves
+    # pin_memory (not modelled), micro 8 -> 4 -> 2 -> 1 (one knob), then the buckets
+    assert len(started) == 6
+    rungs = [e["rung"] for e in _named(events, "policy_applied")]
+    assert rungs == ["pin_memory", "micro_batch", "micro_batch", "micro_batch", "ds_buckets"]
     (found,) = _named(events, "memory_floor_detected")
     assert found["limit_bytes"] == 560 * MIB and found["floor_bytes"] == floor
     assert found["measure"] == "resident_at_death" and len(found["attempts"]) == 3
@@ -353,21 +358,28 @@ def test_a_heartbeat_before_step_1_at_the_limit_gives_up_at_once(tmp_path: Path)
 
 
 def _mf(n: int, micro: int, measured: int, **kw: Any) -> MemoryFailure:
-    knobs = Knobs(micro, 8 // micro, max_length=512, zero_stage=2)
-    return MemoryFailure(n, knobs, 1000 * micro, measured, "resident_at_death", **kw)
+    knobs = kw.pop("knobs", Knobs(micro, 8 // micro, max_length=512, zero_stage=2))
+    predicted = kw.pop("predicted_bytes", 1000 * micro)
+    return MemoryFailure(n, knobs, predicted, measured, "resident_at_death", **kw)
 
 
 def test_judge_floor_needs_two_predicted_moves_an_unchanged_measure_at_the_limit() -> None:
     limit = 1000
-    same = [_mf(1, 8, 990), _mf(2, 4, 995), _mf(3, 2, 990)]
+    # Halving the micro-batch twice is one lever: a slow first forward that fills a cgroup
+    # dies at the limit at micro 8, 4 and 2 too, and micro 1 may fit. No floor yet.
+    micro_only = [_mf(1, 8, 990), _mf(2, 4, 995), _mf(3, 2, 990)]
+    assert judge_floor(micro_only, limit) is None
+    buckets = _mf(4, 2, 992, knobs=Knobs(2, 4, max_length=512, zero_stage=2, ds_bucket_divisor=2),
+                  predicted_bytes=1500)  # fmt: skip
+    same = [*micro_only, buckets]
     got = judge_floor(same, limit)
-    assert got is not None and got.attempts == (1, 2, 3) and got.floor_bytes == 990
-    assert judge_floor(same[1:], limit) is None  # one move only
+    assert got is not None and got.attempts == (2, 3, 4) and got.floor_bytes == 990
+    assert judge_floor(same[2:], limit) is None  # one move only
     assert judge_floor([_mf(1, 8, 990), _mf(2, 4, 900), _mf(3, 2, 880)], limit) is None
     assert judge_floor([_mf(1, 8, 700), _mf(2, 4, 700), _mf(3, 2, 700)], limit) is None
-    stepped = [*same[:2], _mf(3, 2, 990, stepped=True)]
+    stepped = [*same[:3], dataclasses.replace(buckets, stepped=True)]
     assert judge_floor(stepped, limit) is None
-    sized = [*same[:2], _mf(3, 2, 990, tried_bytes=200_000_000)]
+    sized = [*same[:3], dataclasses.replace(buckets, tried_bytes=200_000_000)]
     assert judge_floor(sized, limit) is None  # a failing allocation: the evidence rules' case
     no_estimate = [dataclasses.replace(f, predicted_bytes=None) for f in same]
     assert judge_floor(no_estimate, limit) is None

@@ -12,10 +12,17 @@ micro-batch halved 3 times and the buckets 4 times, and gave up only at ``max_at
 :func:`judge_floor` says the floor is above the limit when either
 
 * a heartbeat before the first step (step 0) reported at least the limit; or
-* the memory measured at failure did not decrease across two moves that the estimate
-  predicted would reduce the need, no attempt reached a step, and that memory was at the
-  limit (within :data:`NEAR_LIMIT`): the attempts died at the same memory, before training,
-  whatever the knobs.
+* the memory measured at failure did not decrease across two moves of *different knobs*
+  that the estimate predicted would reduce the need, no attempt reached a step, and that
+  memory was at the limit (within :data:`NEAR_LIMIT`): the attempts died at the same memory,
+  before training, whatever the knobs.
+
+Why different knobs: memory at failure is at the limit for *any* kill by a memory cgroup
+(the kernel kills at the limit) once the climb to it is slower than the 2 s samples, so an
+activation OOM in a slow first forward at micro 8, 4 and 2 looks the same as a floor; micro 1
+or checkpointing may still fit. Giving up there would lose the night's training on a job
+the ladder could heal. When halving the micro-batch *and* another lever (checkpointing, the
+buckets) both changed nothing, the activations are not what fills the limit.
 
 A failure that names its failing allocation (``tried to allocate N bytes``) is left to the
 evidence rules (``core.evidence``): a fixed-size allocation there is a bucket or a buffer
@@ -26,6 +33,7 @@ kill show the plateau before step 1, which is below the limit).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,7 +43,8 @@ from dsguard.job.knobs import Knobs
 NEAR_LIMIT = 0.90
 #: A measure within this fraction of the earlier one "did not decrease" (sampling noise).
 NOT_DECREASED = 0.02
-#: Moves predicted to reduce the need that must have changed nothing before giving up.
+#: Moves of different knobs, each predicted to reduce the need, that must have changed
+#: nothing before giving up.
 MOVES = 2
 
 
@@ -119,30 +128,41 @@ def judge_floor(failures: Sequence[MemoryFailure], limit_bytes: int | None) -> F
     )
     return Floor(
         limit_bytes, floor, window[-1].measure, tuple(f.attempt for f in window),
-        f"the memory at failure ({window[-1].measure}) did not decrease across {MOVES} moves "
-        f"the estimate predicted would save {_gib(max(0, p0 - p1))} ({measured}); each "
-        f"attempt died at the limit of {_gib(limit_bytes)} without reporting a step: the "
+        f"the memory at failure ({window[-1].measure}) did not decrease across moves of "
+        f"{MOVES} knobs the estimate predicted would save {_gib(max(0, p0 - p1))} "
+        f"({measured}); each attempt died at the limit of {_gib(limit_bytes)} without reporting a step: the "
         f"process's floor (~{_gib(floor)}) is above the limit; {_advice(limit_bytes, floor)}",
     )  # fmt: skip
 
 
+def _moved_knobs(before: Knobs, after: Knobs) -> frozenset[str]:
+    """The knobs a move changed; accumulation goes with the micro-batch it compensates."""
+    changed = {
+        f.name
+        for f in dataclasses.fields(Knobs)
+        if getattr(before, f.name) != getattr(after, f.name)
+    }
+    changed.discard("gradient_accumulation_steps")
+    return frozenset(changed)
+
+
 def _window(failures: Sequence[MemoryFailure]) -> list[MemoryFailure] | None:
-    """The newest failures spanning :data:`MOVES` moves the estimate predicted would reduce
-    the need (a move it does not model, like ``pin_memory``, is passed over), or None when
-    they do not qualify: a step reached, an allocation size given, nothing measured or no
-    estimate, or measures of different kinds."""
+    """The newest failures spanning :data:`MOVES` moves of different knobs the estimate
+    predicted would reduce the need (a move it does not model, like ``pin_memory``, is
+    passed over), or None when they do not qualify: a step reached, an allocation size
+    given, nothing measured or no estimate, or measures of different kinds."""
     window = [failures[-1]]
-    reducing = 0
+    moved: set[frozenset[str]] = set()  # the knobs each reducing move changed
     for f in reversed(failures[:-1]):
         later = window[0]
         if f.predicted_bytes is None or later.predicted_bytes is None:
             return None
         window.insert(0, f)
         if later.predicted_bytes < f.predicted_bytes:
-            reducing += 1
-            if reducing == MOVES:
+            moved.add(_moved_knobs(f.knobs, later.knobs))
+            if len(moved) == MOVES:
                 break
-    if reducing < MOVES:
+    if len(moved) < MOVES:
         return None
     for f in window:
         if f.stepped or f.tried_bytes is not None or not f.measured_bytes:
