@@ -131,7 +131,8 @@ def judge_floor(failures: Sequence[MemoryFailure], limit_bytes: int | None) -> F
         f"the memory at failure ({window[-1].measure}) did not decrease across moves of "
         f"{MOVES} knobs the estimate predicted would save {_gib(max(0, p0 - p1))} "
         f"({measured}); each attempt died at the limit of {_gib(limit_bytes)} without "
-        f"reporting a step: the process's floor (~{_gib(floor)}) is above the limit; {_advice(limit_bytes, floor)}",
+        f"reporting a step: the process's floor (~{_gib(floor)}) is above the limit; "
+        f"{_advice(limit_bytes, floor)}",
     )  # fmt: skip
 
 
