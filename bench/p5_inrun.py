@@ -124,7 +124,10 @@ def _record_oom(job_path: Path, store: Path, config: str) -> None:
     assert not isinstance(inputs, str), inputs
     micro, accum = (int(x) for x in config.split("x"))
     knobs = job.knobs.replace(micro_batch_size=micro, gradient_accumulation_steps=accum)
-    KnownGoodStore(store).record(inputs.signature, knobs.as_dict(), "oom", None, None)
+    # Under this environment's fingerprint: a record without one is only a hint to the plan.
+    KnownGoodStore(store).record(
+        inputs.signature, knobs.as_dict(), "oom", None, None, env=inputs.env_fingerprint or None
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

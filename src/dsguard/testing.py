@@ -86,6 +86,10 @@ class Script:
         save_on_stop_s: it honours a save-and-stop request by exiting 0 this long after it.
         psi_full_avg10: the memory pressure (PSI full avg10, percent) read after it ended.
         oom_daemon_lines: what systemd-oomd / earlyoom logged while it ran.
+        vm_peak_bytes: the largest ``VmPeak`` of its process tree (read from outside while it
+            runs, as ``/proc/<pid>/status`` gives it); None: unreadable.
+        vm_hwm_bytes: the sum of its processes' ``VmHWM``.
+        cgroup_peak_bytes: its memory cgroup's peak charge (``memory.max_usage_in_bytes``).
     """
 
     lines: tuple[tuple[float, str], ...] = ()
@@ -103,6 +107,9 @@ class Script:
     save_on_stop_s: float | None = None
     psi_full_avg10: float | None = None
     oom_daemon_lines: tuple[str, ...] = ()
+    vm_peak_bytes: int | None = None
+    vm_hwm_bytes: int | None = None
+    cgroup_peak_bytes: int | None = None
 
 
 @dataclass
@@ -398,6 +405,17 @@ class FakeHost:
     def tree_rss_bytes(self, pid: int) -> int | None:
         a = self._live()
         return None if a is None or a.pid != pid else a.script.rss_bytes
+
+    def tree_peaks(self, pid: int) -> tuple[int, int] | None:
+        a = self._live()
+        if a is None or a.pid != pid or a.script.vm_peak_bytes is None:
+            return None
+        return a.script.vm_peak_bytes, a.script.vm_hwm_bytes or 0
+
+    def cgroup_peak_bytes(self, cgroup: MemoryCgroup) -> int | None:
+        name = cgroup.dir.name
+        a = next((x for x in self.attempts if name.endswith(f"-attempt-{x.number}")), None)
+        return None if a is None else a.script.cgroup_peak_bytes
 
     def oom_kill_count(self, cgroup: MemoryCgroup | None = None) -> int | None:
         return self.oom_kills if self.oom_counter_readable else None

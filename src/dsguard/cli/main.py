@@ -339,14 +339,18 @@ def _plan_fit(job: Job, *, as_json: bool) -> int:
     from dsguard.run.fit import plan_for
 
     fit_plan, state = plan_for(job)
-    known = state.known()
+    known, hints = state.known(), state.hints()
+    env = None if state.inputs is None else state.inputs.env_fingerprint or None
     if as_json:
         out = plan_dict(fit_plan)
         out["store"] = {
             "path": None if state.store is None else str(state.store.path),
-            "problem": state.store_problem,
+            "problem": state.store_problem, "env_fingerprint": env,
             "known": [{"knobs": k.as_dict(), "fits": v.fits, "samples_per_s": v.samples_per_s,
-                       "peak_bytes": v.peak_bytes} for k, v in known.items()],
+                       "peak_bytes": v.peak_bytes, "env": v.env} for k, v in known.items()],
+            "other_env": [{"knobs": k.as_dict(), "fits": v.fits, "env": v.env,
+                           "samples_per_s": v.samples_per_s, "peak_bytes": v.peak_bytes}
+                          for k, v in hints.items()],
         }  # fmt: skip
         print(json.dumps(out, indent=2))
         return EXIT_OK
@@ -357,7 +361,12 @@ def _plan_fit(job: Job, *, as_json: bool) -> int:
     elif state.store is not None:
         good = sum(1 for v in known.values() if v.fits)
         print(f"known-good store {state.store.path}: {good} config(s) known to fit, "
-              f"{len(known) - good} known to fail for this regime")  # fmt: skip
+              f"{len(known) - good} known to fail for this regime "
+              f"(environment {env or 'unknown'})")  # fmt: skip
+        if hints:
+            envs = sorted({v.env or "unknown" for v in hints.values()})
+            print(f"  and {len(hints)} config(s) recorded in another environment "
+                  f"({', '.join(envs)}): hints only, the plan starts one step safer")  # fmt: skip
     return EXIT_OK
 
 

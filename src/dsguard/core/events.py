@@ -842,7 +842,9 @@ _NAMES.update({cls: name for name, cls in EVENTS.items()})
 class PlanApplied(Event):
     """Before the first attempt, the start config was replaced by the fastest config
     predicted to fit (``source``: ``estimate``, or ``store`` for a known-good config of a
-    matching earlier run), with the predicted peak against the memory available."""
+    matching earlier run, or ``store_other_env`` one step safer than a config an earlier run
+    measured in another training environment, ``probe``), with the predicted peak against the
+    memory available."""
 
     source: str
     changes: dict[str, Any]
@@ -880,12 +882,18 @@ class EvidenceConsidered(Event):
 
 class EstimateCalibrated(Event):
     """A finished attempt's measured peak against the estimate for its config; the ratio
-    scales the estimator for the rest of the run."""
+    scales the estimator for the rest of the run. ``measure``: ``max_memory_reserved`` or
+    ``host_rss`` (heartbeats), ``vm_peak`` / ``cgroup_peak`` / ``vm_hwm`` (measured by
+    dsguard from outside)."""
 
     predicted_bytes: int
     measured_bytes: int
     measure: str
     scale: float
+    #: Where the measurement came from: ``heartbeat`` (the trainer's own report),
+    #: ``process_tree`` (``/proc/<pid>/status`` of the attempt's processes) or ``cgroup`` (the
+    #: attempt's memory cgroup), the last two for scripts that send no heartbeats.
+    source: str = "heartbeat"
 
 
 class StoreUnavailable(Event):
@@ -1005,6 +1013,27 @@ EVENTS.update(
         "fit_probe_cost": FitProbeCost,
     }
 )
+_NAMES.update({cls: name for name, cls in EVENTS.items()})
+
+# -- issue 15 (fitfix): a memory floor no move changes --
+
+
+class MemoryFloorDetected(Event):
+    """The memory the training needs before its first step (imports, model load) is above
+    the limit, so no memory move can help: the run gives up now instead of walking the
+    ladder. ``floor_bytes``: the memory measured (``measure``: ``resident_at_death``, the
+    attempt tree's resident memory before the kill; ``vm_peak`` under RLIMIT_AS;
+    ``heartbeat_before_step_1``) at the failures of ``attempts``; ``limit_bytes``: the limit
+    it was measured against. ``reason`` says what to do (raise the limit)."""
+
+    limit_bytes: int
+    floor_bytes: int
+    measure: str
+    attempts: list[int]
+    reason: str
+
+
+EVENTS.update({"memory_floor_detected": MemoryFloorDetected})
 _NAMES.update({cls: name for name, cls in EVENTS.items()})
 
 if __name__ == "__main__":

@@ -112,6 +112,9 @@ class MoveEvidence:
     #: Predicted peak bytes of a config (the calibrated estimator), or None: no model shape.
     predict: Callable[[Knobs], int] | None = None
     device: str = "gpu"
+    #: (micro-batch, bucket divisor, failing allocation bytes) of this run's earlier memory
+    #: failures: whether bucket halvings changed the failing allocation (:func:`buckets_futile`).
+    halvings: tuple[tuple[int, int, int], ...] = ()
 
 
 def _same(a: int, b: int) -> bool:
@@ -151,6 +154,35 @@ def buffer_bound(knobs: Knobs, ev: MoveEvidence) -> str | None:
     return None
 
 
+def buckets_futile(knobs: Knobs, ev: MoveEvidence) -> str | None:
+    """Why halving the buckets again cannot help (or None): the failing allocation is not a
+    buffer's size now, and an earlier failure at this micro-batch with larger buckets failed
+    on the same size, so the halvings since did not change it.
+
+    Without this the chooser kept halving when ``ds_buckets`` was the only useful rung left
+    and the failing size alternated between two values that are no bucket's (live P5 L1:
+    33554432 and 30607488 bytes, buckets halved down to /64 over 6 attempts): the size never
+    repeated back to back, so the stop for a repeated size (:func:`buffer_bound`) never
+    fired. Now the third failure at one micro-batch ends it."""
+    tried = ev.figures.tried_bytes if ev.figures is not None else None
+    div = knobs.ds_bucket_divisor
+    if tried is None or div == 1:
+        return None
+    if any(size > 0 and _same(tried, size) for size in ev.bucket_bytes):
+        return None  # the buffer itself failed: smaller buffers do change it
+    before = sorted(
+        d for m, d, size in ev.halvings
+        if m == knobs.micro_batch_size and d < div and _same(tried, size)
+    )  # fmt: skip
+    if not before:
+        return None
+    return (
+        f"the failing allocation ({tried} bytes) is no DeepSpeed buffer's size and failed "
+        f"already with buckets /{before[0]} at micro-batch {knobs.micro_batch_size}: "
+        f"halving the buckets (now /{div}) did not change it"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Choice:
     index: int
@@ -176,6 +208,12 @@ def choose_move(
     if not moves:
         return None
     skipped: list[str] = []
+    futile = buckets_futile(knobs, ev)
+    if futile is not None:
+        skipped.append(f"ds_buckets: {futile}")
+        moves = [x for x in moves if x[1] != "ds_buckets"]
+        if not moves:
+            return None
     bound = buffer_bound(knobs, ev)
     if bound is not None:
         for i, name, m in moves:

@@ -162,6 +162,9 @@ class FitInputs:
     fresh: bool = True
     #: The regime signature for the known-good store ("" = do not use the store).
     signature: str = ""
+    #: The training environment's fingerprint (every distribution's ``name==version``; ""
+    #: unknown): store records from another environment are hints, not known-good.
+    env_fingerprint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,8 @@ class KnownOutcome:
     fits: bool
     samples_per_s: float | None = None
     peak_bytes: int | None = None
+    #: The environment fingerprint it was measured in (None: unknown, an older store).
+    env: str | None = None
 
 
 def plan_fit(
@@ -178,6 +183,7 @@ def plan_fit(
     ctx: RungContext,
     inputs: FitInputs,
     known: Mapping[Knobs, KnownOutcome] | None = None,
+    hints: Mapping[Knobs, KnownOutcome] | None = None,
 ) -> FitPlan:
     """Estimate every reachable config; choose the fastest predicted to fit.
 
@@ -185,6 +191,8 @@ def plan_fit(
     nothing is (the ladder will learn from a real failure; the plan says so). ``known``
     outcomes of earlier runs overrule the estimate: a config known to have failed is never
     chosen, and the fastest config known to fit (measured samples/s) wins over any estimate.
+    ``hints``: outcomes measured in another training environment (:func:`_from_other_env`),
+    used only when ``known`` has no fitting config.
     """
     r = inputs.regime
     cands: list[Candidate] = []
@@ -202,6 +210,9 @@ def plan_fit(
     from_store = _from_store(base, known or {}, ctx, inputs)
     if from_store is not None:
         return from_store
+    from_hint = _from_other_env(base, hints or {}, known or {}, ctx, inputs)
+    if from_hint is not None:
+        return from_hint
     if inputs.available_bytes is None:
         return _with(base, note="the memory available is unknown: the start config is kept")
     if cands[0].fits:
@@ -238,6 +249,51 @@ def _from_store(
     if not best.path:
         return _with(plan, source="store", note=f"the start config is known to fit{speed}")
     return _with(plan, chosen=best, source="store", note=f"known to fit{speed}")
+
+
+def _from_other_env(
+    plan: FitPlan, hints: Mapping[Knobs, KnownOutcome], known: Mapping[Knobs, KnownOutcome],
+    ctx: RungContext, inputs: FitInputs,
+) -> FitPlan | None:  # fmt: skip
+    """The fastest config measured to fit in *another* training environment, one exact rung
+    safer (None: no such record).
+
+    Another environment is evidence, not proof: a package installed since (``datasets``,
+    which the HF Trainer imports with ``pyarrow`` and ``pandas``) moved every config's need
+    by 1.27 GiB of address space on the P5 benchmark, and known-good configs stopped fitting.
+    Dropping such records would throw away the nearest measurement there is; trusting them
+    fails the first attempt whenever the environment grew. So the plan starts one step below
+    that config: of the exact rungs the estimate models, the cheapest (relative step time)
+    predicted to save memory, not a config known to fail here. When no rung can go lower,
+    the hinted config itself. Its outcome is then recorded under this environment, so the
+    next run trusts (or avoids) it as usual."""
+    good = [c for c in plan.candidates if c.knobs in hints and hints[c.knobs].fits
+            and (c.knobs not in known or known[c.knobs].fits)]  # fmt: skip
+    if not good:
+        return None
+    best = max(good, key=lambda c: (hints[c.knobs].samples_per_s or 0.0, -c.step_time))
+    env = hints[best.knobs].env or "unknown (a record from before fingerprints)"
+    where = f"measured to fit in another environment (fingerprint {env}"
+    where += f", this one {inputs.env_fingerprint or 'unknown'})"
+    by_knobs = {c.knobs: c for c in plan.candidates}
+    steps: list[tuple[Candidate, str]] = []
+    for name in dict.fromkeys(inputs.rungs):
+        move = RUNGS[name](best.knobs, ctx) if name in FIT_RUNGS[plan.device] else None
+        nxt = None if move is None else by_knobs.get(move.knobs)
+        if nxt is None or (nxt.knobs in known and not known[nxt.knobs].fits):
+            continue
+        if nxt.estimate.peak_bytes < best.estimate.peak_bytes:
+            steps.append((nxt, name))
+    if not steps:
+        if not best.path:
+            return _with(plan, source="store_other_env", note=f"the start config, {where}; "
+                         "no exact rung goes lower")  # fmt: skip
+        return _with(plan, chosen=best, source="store_other_env",
+                     note=f"{where}; no exact rung goes lower")  # fmt: skip
+    cand, rung = min(steps, key=lambda x: (x[0].step_time, x[0].estimate.peak_bytes))
+    return _with(plan, chosen=cand, source="store_other_env", note=(
+        f"one {rung} step safer ({best.knobs.diff(cand.knobs)}) than a config {where}"
+    ))  # fmt: skip
 
 
 def _safer_than_edge(

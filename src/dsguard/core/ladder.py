@@ -24,7 +24,7 @@ from typing import Any
 
 from dsguard.core.classify import FailureKind
 from dsguard.core.envfacts import EnvFacts
-from dsguard.core.evidence import MoveEvidence, choose_move
+from dsguard.core.evidence import MoveEvidence, buckets_futile, choose_move
 from dsguard.core.records import as_builtins, from_builtins
 from dsguard.core.remedies import GiveUp as RemedyGiveUp
 from dsguard.core.remedies import Remedy, next_remedy
@@ -256,7 +256,8 @@ def _next_move(
     if evidence is not None and ladder_name not in cfg.ladder.explicit:
         choice = choose_move(rungs, knobs, cfg.ctx, evidence)
         if choice is None:
-            return None, ""
+            futile = buckets_futile(knobs, evidence)
+            return None, "" if futile is None else f"; ds_buckets not taken again: {futile}"
         return (choice.index, choice.move), f" ({choice.why})"
     return walk(rungs, positions.get(ladder_name, 0), knobs, cfg.ctx), ""
 
@@ -290,7 +291,7 @@ def _ladder_step(
         note = f"; left out: {'; '.join(skipped)}" if skipped else ""
         return GiveUp(
             f"{kind}: the {ladder_name} ladder is exhausted "
-            f"(possible rungs: {', '.join(possible) or 'none'}) at {knobs.as_dict()}{note}"
+            f"(possible rungs: {', '.join(possible) or 'none'}) at {knobs.as_dict()}{note}{why}"
         )
     index, move = found
     _check_invariant(knobs, move.knobs, cfg.world_size)

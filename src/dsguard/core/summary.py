@@ -10,7 +10,10 @@ raised on (a report that crashes on one odd line hides the whole night).
 "Training lost" is wall time no later attempt kept: for a failed attempt, the time after it
 reached the step the next attempt resumed from (all of it when the next attempt started
 fresh). Without heartbeat history the whole attempt is counted and the figure is marked as
-an upper bound (``lost_exact`` False).
+an upper bound (``lost_exact`` False). An attempt the in-run ``fit_probe`` ended to time
+another config (``fit_probe_switched``) is a planned switch, not a failure: it loses no
+training, and what the switches cost (restarts, steps trained again) is the probe's own figure
+(``fit_probe_cost``), reported apart.
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ class AttemptView:
     gpu_wait_s: float = 0.0
     lost_s: float = 0.0
     lost_exact: bool = True
+    #: The in-run fit_probe ended this attempt to move to another config (a planned switch).
+    probe_switch: bool = False
 
     @property
     def duration_s(self) -> float | None:
@@ -107,6 +112,9 @@ class RunView:
     #: Events this reader does not know, by name (shown, never a reason to fail).
     unknown_events: dict[str, int] = field(default_factory=dict)
     earlier_runs: int = 0
+    #: The in-run fit_probe's switches and their cost (``fit_probe_cost``; None: not settled).
+    probe_switches: int = 0
+    probe_lost_s: float | None = None
 
     def points_by_attempt(self) -> dict[int, list[Point]]:
         """The points grouped by attempt, in time order (one pass, not one per attempt)."""
@@ -294,6 +302,11 @@ def _on_event(view: RunView, ev: Mapping[str, Any], known: frozenset[str]) -> No
         view.latest_knobs = _dict(ev.get("knobs")) or view.latest_knobs
     elif name == "hang_detected":
         a.hang = True
+    elif name == "fit_probe_switched":
+        a.probe_switch = True
+        view.probe_switches += 1
+    elif name == "fit_probe_cost":
+        view.probe_lost_s = _num(ev.get("lost_s"))
     elif name == "gpu_release_checked":
         a.gpu_wait_s += _num(ev.get("waited_s")) or 0.0
     elif name == "memory_limit_applied":
@@ -399,6 +412,8 @@ def _lost(view: RunView) -> None:
         nxt = view.attempts[i + 1] if i + 1 < len(view.attempts) else None
         if nxt is None and view.outcome != "gave up":
             continue  # the last attempt's work is the result (or is still going)
+        if a.probe_switch:
+            continue  # a planned switch: its cost is the probe's (``fit_probe_cost``)
         keep = (nxt.resume_step if nxt is not None else a.resume_step) or 0
         if nxt is not None and nxt.phase != a.phase and nxt.resume_step is None:
             keep = 0
@@ -454,9 +469,15 @@ def summary_line(view: RunView) -> str:
     if new_phases:
         at = ", ".join(f"#{n}" for n in new_phases)
         parts.append(f"new phase from attempt {at} (not an exact resume)")
-    if view.lost_s > 0 or n > 1:
+    if view.lost_s > 0 or n > 1 + view.probe_switches:
         bound = "" if view.lost_exact else "at most "
         parts.append(f"{bound}{duration_words(view.lost_s)} of training lost")
+    if view.probe_switches:
+        k = view.probe_switches
+        cost = "cost not settled" if view.probe_lost_s is None else (
+            f"{duration_words(view.probe_lost_s)} spent on them"
+        )  # fmt: skip
+        parts.append(f"{k} planned fit_probe switch{'es' if k != 1 else ''} ({cost})")
     return "; ".join(parts)
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "PROC_SELF_CGROUP",
     "MemoryCgroup",
     "group_oom_kill_count",
+    "group_peak_bytes",
     "memory_cgroups",
     "memory_limit",
     "memory_usage",
@@ -125,6 +126,15 @@ def oom_kill_count(proc_cgroup: Path = PROC_SELF_CGROUP, root: Path = CGROUP_ROO
 def group_oom_kill_count(cg: MemoryCgroup) -> int | None:
     """The ``oom_kill`` counter of one given cgroup (an attempt's own), or None."""
     return _read_counter(cg.oom_file, "oom_kill")
+
+
+def group_peak_bytes(cg: MemoryCgroup) -> int | None:
+    """The most one given cgroup (an attempt's own) was ever charged: v1
+    ``memory.max_usage_in_bytes``, v2 ``memory.peak`` (kernel 5.19+). None when unreadable.
+    Read before the cgroup is removed; it is the attempt's whole tree, page cache included,
+    which is exactly what the limit counted."""
+    name = "memory.peak" if cg.version == 2 else "memory.max_usage_in_bytes"
+    return _read_int(cg.dir / name)
 
 
 def memory_usage(proc_cgroup: Path = PROC_SELF_CGROUP, root: Path = CGROUP_ROOT) -> int | None:

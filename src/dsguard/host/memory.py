@@ -32,6 +32,7 @@ __all__ = [
     "oom_daemon_journal",
     "oom_kill_count",
     "psi_memory_full_avg10",
+    "tree_peaks",
     "tree_rss_bytes",
 ]
 
@@ -109,6 +110,39 @@ def tree_rss_bytes(pid: int) -> int | None:
         with contextlib.suppress(psutil.Error):
             total += p.memory_info().rss
     return total
+
+
+def _status_kib(pid: int, keys: tuple[str, ...]) -> dict[str, int]:
+    """``VmPeak:``-style lines of ``/proc/<pid>/status`` in bytes (those it has)."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in keys:
+                out[key] = int(rest.split()[0]) * 1024  # "VmPeak:  1234 kB"
+    return out
+
+
+def tree_peaks(pid: int) -> tuple[int, int] | None:
+    """(the largest ``VmPeak`` of any process in ``pid``'s tree, the sum of their ``VmHWM``),
+    or None when the tree is gone or nothing could be read.
+
+    An unmodified training script sends no heartbeats, so the only peaks dsguard can have
+    are the ones it reads from outside. ``VmPeak`` (peak virtual memory) is per process, as
+    ``RLIMIT_AS`` is: the largest process (the rank) is what hits it. ``VmHWM`` (peak resident
+    set) summed over the tree is what a memory cgroup or the RAM limits, less the page cache
+    and with shared pages counted per process (proc(5))."""
+    try:
+        root = psutil.Process(pid)
+        pids = [pid, *(p.pid for p in root.children(recursive=True))]
+    except psutil.Error:
+        return None
+    peak = hwm = 0
+    for p in pids:
+        got = _status_kib(p, ("VmPeak", "VmHWM"))
+        peak = max(peak, got.get("VmPeak", 0))
+        hwm += got.get("VmHWM", 0)
+    return (peak, hwm) if peak or hwm else None
 
 
 # -- memory pressure and user-space OOM daemons ------------------------------------------------

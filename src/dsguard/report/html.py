@@ -347,6 +347,8 @@ def attempts_table(view: RunView) -> str:
         end = "" if a.ended_by in (None, "exit") else f"{a.ended_by}, "
         end += "running" if a.end_s is None else f"exit {a.exit_code}"
         move = "" if not a.kind else (a.rung or "give up")
+        if a.probe_switch and not a.kind:
+            move = "fit_probe switch (planned)"
         if a.delay_s:
             move += f", wait {a.delay_s:g} s"
         cells = (

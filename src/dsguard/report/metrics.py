@@ -36,7 +36,11 @@ REFRESH_S = 15.0
 _REFRESH_ON = frozenset({"attempt_finished", "run_succeeded", "run_gave_up", "run_stopped"})
 #: name -> (type, help). The one list of what dsguard exports.
 METRICS: dict[str, tuple[str, str]] = {
-    "dsguard_attempts_total": ("counter", "Finished attempts by failure kind (or exit_0)."),
+    "dsguard_attempts_total": (
+        "counter", "Finished attempts by failure kind (or exit_0, or fit_probe_switch: ended by "
+        "dsguard to time another config, not a failure)."),
+    "dsguard_fit_probe_lost_seconds": (
+        "gauge", "What the in-run fit_probe's switches cost (restarts and steps trained again)."),
     "dsguard_state": ("gauge", "1 for the run's current state, 0 for the others."),
     "dsguard_attempt": ("gauge", "The current attempt number."),
     "dsguard_phase": ("gauge", "The current phase (a new phase is not an exact resume)."),
@@ -127,12 +131,19 @@ class Metrics:
             v.pop("dsguard_host_memory_peak_bytes", None)
         elif name == "attempt_finished":
             code = ev.get("exit_code")
-            self.outcomes["exit_0" if code == 0 else "failed"] += 1
+            if ev.get("ended_by") == "probe":
+                # fit_probe: in_run asked the trainer to save and stop (exit 0 or -15) to time
+                # another config: a planned switch, counted apart from failures.
+                self.outcomes["fit_probe_switch"] += 1
+            else:
+                self.outcomes["exit_0" if code == 0 else "failed"] += 1
             for key, metric in (("gpu_mem_peak_bytes", "dsguard_gpu_memory_peak_bytes"),
                                 ("host_rss_peak_bytes", "dsguard_host_memory_peak_bytes"),
                                 ("last_step", "dsguard_last_step")):  # fmt: skip
                 if isinstance(ev.get(key), int):
                     v[metric] = ev[key]
+        elif name == "fit_probe_cost" and isinstance(ev.get("lost_s"), (int, float)):
+            v["dsguard_fit_probe_lost_seconds"] = ev["lost_s"]
         elif name == "failure_detected" and isinstance(ev.get("kind"), str):
             # The attempt was counted as "failed" when it finished; name its kind instead.
             if self.outcomes["failed"] > 0:

@@ -86,17 +86,37 @@ def gpu_available_bytes(job: Job) -> tuple[int | None, bool, str]:
     return free, True, desc
 
 
-#: Asked of the training interpreter (no torch import: metadata only, milliseconds).
+#: Asked of the training interpreter (no torch import: metadata only, milliseconds): the three
+#: versions the regime signature names, and the fingerprint of the whole environment: a hash
+#: of every installed distribution's ``name==version`` (names normalised as PEP 503 does),
+#: sorted. The signature's versions miss a change like ``datasets`` installed into the venv,
+#: which the HF Trainer then imports (+1.27 GiB address space, +108 MiB resident measured,
+#: ``bench/RESULTS.md`` P5LIVE); the fingerprint sees it. dsguard itself is left out: an
+#: upgrade of the supervisor must not turn every known-good record into a mere hint.
 _VERSIONS_CODE = (
-    "import importlib.metadata as m\n"
+    "import hashlib, importlib.metadata as m, re\n"
     "for n in ('torch', 'deepspeed', 'transformers'):\n"
     "    try: print(n, m.version(n))\n"
     "    except Exception: print(n, '-')\n"
+    "names = ((re.sub(r'[-_.]+', '-', d.metadata['Name'] or '?').lower(), str(d.version))\n"
+    "         for d in m.distributions())\n"
+    "ds = sorted({f'{n}=={v}' for n, v in names if n != 'dsguard'})\n"
+    "print('env', hashlib.sha256('\\n'.join(ds).encode()).hexdigest()[:16], len(ds))\n"
 )
 
 
-def training_versions(python: str) -> dict[str, str]:
-    """torch / DeepSpeed / transformers versions of the training environment ({} unknown)."""
+@dataclass(frozen=True, slots=True)
+class TrainingEnv:
+    """What the training interpreter says of its environment (empty: it could not be asked)."""
+
+    versions: dict[str, str] = field(default_factory=dict)
+    #: 16 hex digits over the sorted ``name==version`` of every distribution; "" unknown.
+    fingerprint: str = ""
+    distributions: int = 0
+
+
+def training_environment(python: str) -> TrainingEnv:
+    """torch / DeepSpeed / transformers versions and the environment fingerprint."""
     import subprocess
 
     try:
@@ -105,8 +125,18 @@ def training_versions(python: str) -> dict[str, str]:
             check=False,
         ).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        return {}
-    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+        return TrainingEnv()
+    fields = [line.split(" ") for line in out.splitlines()]
+    versions = {f[0]: f[1] for f in fields if len(f) == 2}
+    env = next((f for f in fields if len(f) == 3 and f[0] == "env"), None)
+    if env is None or not env[2].isdigit():
+        return TrainingEnv(versions)
+    return TrainingEnv(versions, env[1], int(env[2]))
+
+
+def training_versions(python: str) -> dict[str, str]:
+    """torch / DeepSpeed / transformers versions of the training environment ({} unknown)."""
+    return training_environment(python).versions
 
 
 def host_available_bytes(job: Job) -> int | None:
@@ -139,20 +169,21 @@ def fit_inputs(job: Job, *, scale: float = 1.0) -> FitInputs | str:
         buffers=ds_buffers(ds, shape.hidden_size),
     )
     per_rank_host = None if host_free is None else host_free // max(1, job.world_size)
+    env = training_environment(job.python)
     parts = {
         "model": {k: v for k, v in dataclasses.asdict(shape).items() if k != "source"},
         "params": shape.param_count(),
         "memory": gpu_desc if has_gpu else f"host {host_free}",
         "world_size": job.world_size, "dtype_bytes": regime.dtype_bytes,
         "attention": attn or "default", "knobs": job.knobs.as_dict(),
-        "deepspeed": ds, "versions": training_versions(job.python),
+        "deepspeed": ds, "versions": env.versions,
     }  # fmt: skip
     return FitInputs(
         shape=shape, regime=regime,
         available_bytes=gpu_free if has_gpu else host_free,
         host_available_bytes=per_rank_host if has_gpu else None,
         scale=scale, rungs=(*job.ladder.oom, *job.ladder.host_oom),
-        signature=signature(parts),
+        signature=signature(parts), env_fingerprint=env.fingerprint,
     )  # fmt: skip
 
 
@@ -184,6 +215,8 @@ class FitState:
     unavailable: str = ""
     scale: float = 1.0
     earlier: list[tuple[int, int]] = field(default_factory=list)
+    #: (micro-batch, bucket divisor, failing allocation) of the same failures.
+    halvings: list[tuple[int, int, int]] = field(default_factory=list)
     #: The known-good store, or None (no signature, or unusable: ``store_problem`` says why).
     store: KnownGoodStore | None = None
     store_problem: str | None = None
@@ -208,7 +241,7 @@ class FitState:
             )
         inputs = dataclasses.replace(self.inputs, scale=self.scale, fresh=fresh)
         known = self.known()
-        plan = plan_fit(start, ctx, inputs, known)
+        plan = plan_fit(start, ctx, inputs, known, self.hints())
         if self.probe_enabled and fresh:
             return self._with_probe(plan, inputs, known, ctx.min_micro_batch_size)
         return plan
@@ -260,7 +293,16 @@ class FitState:
         return ok
 
     def known(self) -> dict[Knobs, KnownOutcome]:
-        """What the store knows of this regime ({} without a usable store)."""
+        """What the store knows of this regime in this training environment ({} without a
+        usable store)."""
+        return self._outcomes(same_env=True)
+
+    def hints(self) -> dict[Knobs, KnownOutcome]:
+        """What the store knows of this regime from other training environments (or from
+        records without a fingerprint, an older store): hints for the plan, not known-good."""
+        return self._outcomes(same_env=False)
+
+    def _outcomes(self, *, same_env: bool) -> dict[Knobs, KnownOutcome]:
         if self.store is None or self.inputs is None or not self.inputs.signature:
             return {}
         try:
@@ -268,23 +310,28 @@ class FitState:
         except StoreUnavailable as exc:
             self._lose_store(str(exc))
             return {}
+        here = self.inputs.env_fingerprint
+        # An unknown current environment cannot tell records apart: all count as this one.
+        picked = [r for r in records if (not here or r.env == here) == same_env]
         out: dict[Knobs, KnownOutcome] = {}
-        for entry in summarize(records).values():
+        for entry in summarize(picked).values():
             try:
                 knobs = Knobs.from_dict(entry["knobs"])
             except (TypeError, ValueError):
                 continue
             out[knobs] = KnownOutcome(
-                entry["outcome"] == "fit", entry["samples_per_s"], entry["peak_bytes"]
-            )
+                entry["outcome"] == "fit", entry["samples_per_s"], entry["peak_bytes"],
+                entry["env"],
+            )  # fmt: skip
         return out
 
     def remember(self, knobs: Knobs, outcome: Outcome, peak: int | None, sps: float | None) -> None:
-        """Record an attempt's outcome for later runs of the same regime."""
+        """Record an attempt's outcome for later runs of the same regime (and environment)."""
         if self.store is None or self.inputs is None or not self.inputs.signature:
             return
+        env = self.inputs.env_fingerprint or None
         try:
-            self.store.record(self.inputs.signature, knobs.as_dict(), outcome, peak, sps)
+            self.store.record(self.inputs.signature, knobs.as_dict(), outcome, peak, sps, env=env)
         except StoreUnavailable as exc:
             self._lose_store(str(exc))
 
@@ -308,9 +355,13 @@ class FitState:
             figures=figures, earlier=tuple(self.earlier), bucket_bytes=sizes,
             predict=None if self.inputs is None else self._predict_unchecked,
             device=self.inputs.regime.device if self.inputs is not None else "gpu",
+            halvings=tuple(self.halvings),
         )  # fmt: skip
         if figures is not None and figures.tried_bytes is not None:
             self.earlier.append((knobs.micro_batch_size, figures.tried_bytes))
+            self.halvings.append(
+                (knobs.micro_batch_size, knobs.ds_bucket_divisor, figures.tried_bytes)
+            )
         return ev
 
     def _predict_unchecked(self, knobs: Knobs) -> int:
@@ -325,18 +376,22 @@ class FitState:
         host_peak: int | None,
         *,
         lower_bound: bool = False,
+        host_measure: str = "host_rss",
     ) -> tuple[int, int, str] | None:
         """Measured against predicted (unscaled) peak of ``knobs``; sets the scale. Returns
         (predicted, measured, what was measured), or None when there is nothing to compare.
         ``lower_bound``: the attempt died of memory, so the measured peak is less than the
-        need; only a measurement above the scaled prediction moves the scale (up)."""
+        need; only a measurement above the scaled prediction moves the scale (up).
+        ``host_measure``: what ``host_peak`` is; a heartbeat's ``host_rss`` counts only where
+        resident memory is what is limited, dsguard's outside measures (``vm_peak``,
+        ``cgroup_peak``, ``vm_hwm``) are chosen to match the limit (``run.observe``)."""
         if self.inputs is None:
             return None
         est = estimate(self.inputs.shape, knobs, self.inputs.regime)
         if est.gpu is not None:
             measured, what, predicted = gpu_peak, "max_memory_reserved", est.gpu.total
-        elif self.rss_comparable:
-            measured, what, predicted = host_peak, "host_rss", est.host.total
+        elif self.rss_comparable or host_measure != "host_rss":
+            measured, what, predicted = host_peak, host_measure, est.host.total
         else:
             return None
         if not measured or predicted <= 0:
@@ -404,4 +459,6 @@ _REASONS: dict[str, str] = {
     "estimate": "the start config is predicted not to fit; ",
     "store": "an earlier run of this regime measured it: ",
     "probe": "fit_probe: the store's speed of this config is unknown; ",
+    "store_other_env": "the store knows this regime only from another training environment "
+    "(installed packages differ): a hint, not known-good; ",
 }

@@ -29,7 +29,7 @@ import psutil
 from dsguard.core.classify import Evidence, StreamClassifier
 from dsguard.core.envfacts import EnvFacts
 from dsguard.core.events import LogWriteFailed
-from dsguard.host.cgroup import MemoryCgroup, group_oom_kill_count
+from dsguard.host.cgroup import MemoryCgroup, group_oom_kill_count, group_peak_bytes
 from dsguard.host.envfacts import detect, stale_build_locks
 from dsguard.host.gpu import GpuProbe, GpuSnapshot, ReleaseResult, wait_for_release
 from dsguard.host.memory import (
@@ -38,6 +38,7 @@ from dsguard.host.memory import (
     oom_daemon_journal,
     oom_kill_count,
     psi_memory_full_avg10,
+    tree_peaks,
     tree_rss_bytes,
 )
 from dsguard.job.model import CheckpointLayout
@@ -143,6 +144,14 @@ class Host(Protocol):
         ...
 
     def tree_rss_bytes(self, pid: int) -> int | None: ...
+
+    def tree_peaks(self, pid: int) -> tuple[int, int] | None:
+        """(largest VmPeak in ``pid``'s tree, sum of its VmHWM), None when unknown."""
+        ...
+
+    def cgroup_peak_bytes(self, cgroup: MemoryCgroup) -> int | None:
+        """The most the attempt's own memory cgroup was charged, None when unknown."""
+        ...
 
     def oom_kill_count(self, cgroup: MemoryCgroup | None = None) -> int | None:
         """The OOM-kill counter of ``cgroup`` (an attempt's own) or of dsguard's; None when
@@ -344,6 +353,12 @@ class RealHost:
 
     def tree_rss_bytes(self, pid: int) -> int | None:
         return tree_rss_bytes(pid)
+
+    def tree_peaks(self, pid: int) -> tuple[int, int] | None:
+        return tree_peaks(pid)
+
+    def cgroup_peak_bytes(self, cgroup: MemoryCgroup) -> int | None:
+        return group_peak_bytes(cgroup)
 
     def oom_kill_count(self, cgroup: MemoryCgroup | None = None) -> int | None:
         return self._oom_probe() if cgroup is None else group_oom_kill_count(cgroup)

@@ -48,8 +48,9 @@ from dsguard.core.divergence import (
     nonfinite,
     skip_window,
 )
-from dsguard.core.evidence import MoveEvidence
+from dsguard.core.evidence import MoveEvidence, parse_oom
 from dsguard.core.fit import FitInputs, FitPlan
+from dsguard.core.floor import Floor, MemoryFailure, judge_floor
 from dsguard.core.ladder import (
     LADDER_FOR,
     REMEDY_KINDS,
@@ -118,7 +119,7 @@ from dsguard.run.launch import Command, build_command
 from dsguard.run.lock import JobLock, acquire
 from dsguard.run.logdir import LogDir, ensure_log_dir
 from dsguard.run.memlimit import MemoryLimit
-from dsguard.run.observe import EndedBy, Observation, judge, verdict
+from dsguard.run.observe import EndedBy, Observation, judge, measured_host_peak, verdict
 from dsguard.run.proc import AttemptRef, EndReport
 from dsguard.run.safefs import write_atomic_refusing_links
 from dsguard.run.sdnotify import Notifier, child_env
@@ -161,6 +162,17 @@ def highest_attempt_used(logs: LogDir) -> int:
             if m is not None:
                 highest = max(highest, int(m.group(1)))
     return highest
+
+
+def _host_measure(fit: FitState, obs: Observation) -> tuple[int, str] | None:
+    """The attempt's host peak and its measure: the heartbeats' resident peak where resident
+    memory is what is limited, else dsguard's own outside measurement that matches the limit
+    (``run.observe.measured_host_peak``); None when neither exists."""
+    if obs.host_rss_peak_bytes and (fit.rss_comparable or obs.host_peak is None):
+        return obs.host_rss_peak_bytes, "host_rss"
+    if obs.host_peak is not None:
+        return obs.host_peak.bytes, obs.host_peak.measure
+    return None
 
 
 def _emit_evidence(events: EventLog, ev: MoveEvidence, decision: Decision) -> None:
@@ -270,6 +282,11 @@ class _Current:
     world_checked: bool = False
     report: EndReport | None = None
     rss_samples: list[int] = field(default_factory=list)
+    #: The attempt tree's largest VmPeak and summed VmHWM seen so far (sampled with the RSS).
+    vm_peak: int | None = None
+    vm_hwm: int | None = None
+    #: The memory limit the attempt ran under, kept after it was released (``_floor``).
+    limit_used: MemoryLimit | None = None
     silent_s: float = 0.0
     log_failure_noted: bool = False
     #: The loss or grad norm turned NaN/inf (seen while running or after the exit).
@@ -330,6 +347,8 @@ class _Run:
     probe_move: ProbeMove | None = None
     probe_move_wall: float = 0.0
     probe_cost: _ProbeCost = field(default_factory=_ProbeCost)
+    #: This run's consecutive host-memory failures, for the floor judgement (``core.floor``).
+    memory_failures: list[MemoryFailure] = field(default_factory=list)
 
 
 @dataclass
@@ -679,6 +698,7 @@ class Supervisor:
         return ml.cgroup
 
     def _release_memory_limit(self, cur: _Current) -> None:
+        cur.limit_used = cur.memlimit or cur.limit_used
         if cur.memlimit is not None and cur.memlimit.cgroup is not None:
             self.host.remove_memory_limit(cur.memlimit)
         cur.memlimit = None
@@ -910,7 +930,17 @@ class Supervisor:
                 rss = self.host.tree_rss_bytes(handle.pid)
                 if rss is not None:
                     cur.rss_samples = [*cur.rss_samples[-(_RSS_SAMPLES_KEPT - 1) :], rss]
+                self._sample_peaks(cur, handle)
             self._sleep(_WAIT_POLL_S)
+
+    def _sample_peaks(self, cur: _Current, handle: Attempt) -> None:
+        """Keep the attempt tree's peaks (VmPeak, VmHWM only grow while a process lives, so
+        the newest sample of a process is its peak so far): the host measure of scripts that
+        send no heartbeats. Only the tree dsguard started (its launcher's descendants)."""
+        peaks = self.host.tree_peaks(handle.pid)
+        if peaks is not None:
+            cur.vm_peak = max(cur.vm_peak or 0, peaks[0])
+            cur.vm_hwm = max(cur.vm_hwm or 0, peaks[1])
 
     def _check_world(self, run: _Run, cur: _Current, handle: Attempt) -> None:
         """Compare the ranks the attempt really runs with the job's world size, once.
@@ -1083,6 +1113,9 @@ class Supervisor:
         self._emit_failure(run, obs, failure)
         if failure.kind is FailureKind.HOST_OOM:
             self._note_cpu_only(run, cur)
+        floor = self._floor(run, cur, obs, failure)
+        if floor is not None:
+            return _Next(RunState.GAVE_UP, floor.reason, kind=failure.kind)
         evidence = None
         if failure.kind in LADDER_FOR:
             evidence = run.fit.evidence(failure.evidence, run.ledger.knobs, cur.ds_rendered)
@@ -1096,6 +1129,41 @@ class Supervisor:
         run.ended_pids = obs.pids
         run.last_kind = failure.kind
         return self._apply(run, cur, failure, decision)
+
+    def _floor(self, run: _Run, cur: _Current, obs: Observation, failure: Failure) -> Floor | None:
+        """Whether the host-memory floor before the first step is above the limit, so no move
+        can help (``core.floor``); logged as ``memory_floor_detected``. The measure at
+        failure: the attempt tree's largest VmPeak under RLIMIT_AS (what it limits), else its
+        resident memory in the samples before it died."""
+        if failure.kind is not FailureKind.HOST_OOM:
+            run.memory_failures.clear()
+            return None
+        ml = cur.limit_used
+        if ml is not None and ml.how == "rlimit_as":
+            measured, measure = (None if obs.host_peak is None else obs.host_peak.bytes), "vm_peak"
+        else:
+            measured, measure = max(cur.rss_samples, default=None), "resident_at_death"
+        figures = parse_oom(failure.evidence)
+        run.memory_failures.append(MemoryFailure(
+            obs.attempt, run.ledger.knobs, None, measured, measure,
+            stepped=obs.last_step is not None and obs.last_step >= 1,
+            floor_bytes=obs.host_rss_peak_bytes if obs.last_step == 0 else None,
+            tried_bytes=None if figures is None else figures.tried_bytes,
+        ))  # fmt: skip
+        # Predicted now, all with the same (latest calibrated) scale, so they compare.
+        failures = [
+            dataclasses.replace(f, predicted_bytes=run.fit.predict(f.knobs))
+            for f in run.memory_failures
+        ]
+        limit = ml.limit_bytes if ml is not None else self.host.memory_limit_bytes()
+        found = judge_floor(failures, limit)
+        if found is not None:
+            run.events.emit(
+                "memory_floor_detected", limit_bytes=found.limit_bytes,
+                floor_bytes=found.floor_bytes, measure=found.measure,
+                attempts=list(found.attempts), reason=found.reason,
+            )  # fmt: skip
+        return found
 
     @staticmethod
     def _emit_failure(run: _Run, obs: Observation, failure: Failure) -> None:
@@ -1219,7 +1287,13 @@ class Supervisor:
             )
         pids = tuple(sorted(seen))
         kill, rank_killed = self._judge_kill(cur, exit_code, pids)
-        self._release_memory_limit(cur)  # after its counter was read
+        ml = cur.memlimit
+        cg = None if ml is None else ml.cgroup
+        cg_peak = None if cg is None else self.host.cgroup_peak_bytes(cg)
+        host_peak = measured_host_peak(
+            None if ml is None else ml.how, self.job.world_size, cur.vm_peak, cur.vm_hwm, cg_peak
+        )
+        self._release_memory_limit(cur)  # after its counter and peak were read
         return Observation(
             attempt=cur.number, exit_code=exit_code, ended_by=cur.ended_by,
             duration_s=duration_s, evidence=cur.classifier.evidence,
@@ -1233,7 +1307,7 @@ class Supervisor:
                 (hb.max_memory_reserved_bytes or 0 for hb in beats), default=0
             ) or None,
             host_rss_peak_bytes=max((hb.host_rss_bytes or 0 for hb in beats), default=0)
-            or None,
+            or None, host_peak=host_peak,
         )  # fmt: skip
 
     @staticmethod
@@ -1253,7 +1327,8 @@ class Supervisor:
         if failure is not None and failure.kind in LADDER_FOR:
             run.fit.remember(knobs, "oom", None, None)
         elif failure is None or (obs.last_step is not None and obs.last_step >= 1):
-            peak = obs.gpu_mem_peak_bytes or obs.host_rss_peak_bytes
+            host = _host_measure(run.fit, obs)
+            peak = obs.gpu_mem_peak_bytes or (None if host is None else host[0])
             sps = self._throughput(run, cur, knobs)
             run.fit.remember(knobs, "fit", peak, sps)
         _note_store(run.events, run.fit)
@@ -1289,18 +1364,32 @@ class Supervisor:
     def _calibrate(run: _Run, obs: Observation, failure: Failure | None) -> None:
         """An attempt that finished optimizer steps measured its config's peak: the
         estimator is scaled to it for the rest of the run. After a memory failure the peak
-        seen is only a lower bound of the need: it may scale the estimate up, never down."""
-        if obs.last_step is None or obs.last_step < 1:
-            return
+        seen is only a lower bound of the need: it may scale the estimate up, never down.
+
+        A script that sends no heartbeats (transformers' run_clm, unmodified) reports no
+        steps: its host peak as dsguard measured it from outside (:class:`HostPeak`) is the
+        config's need when it exited 0, and a lower bound when it ran out of memory; other
+        failures say nothing of the need. Without this the estimate was never calibrated
+        for such a script (run_clm's imports reserve ~2.1 GiB of address space, the
+        estimate's runtime term 1 GiB: 45 % low, ``bench/RESULTS.md`` P5 run_clm)."""
         oom = failure is not None and failure.kind in LADDER_FOR
+        stepped = obs.last_step is not None and obs.last_step >= 1
+        silent = obs.caps is None and obs.host_peak is not None and (failure is None or oom)
+        if not stepped and not silent:
+            return
+        host = _host_measure(run.fit, obs)
         got = run.fit.calibrate(
-            run.ledger.knobs, obs.gpu_mem_peak_bytes, obs.host_rss_peak_bytes, lower_bound=oom
-        )
+            run.ledger.knobs, obs.gpu_mem_peak_bytes, None if host is None else host[0],
+            lower_bound=oom, host_measure="host_rss" if host is None else host[1],
+        )  # fmt: skip
         if got is not None:
             predicted, measured, what = got
+            source = "heartbeat" if what in {"max_memory_reserved", "host_rss"} else (
+                "cgroup" if what == "cgroup_peak" else "process_tree"
+            )  # fmt: skip
             run.events.emit(
                 "estimate_calibrated", predicted_bytes=predicted, measured_bytes=measured,
-                measure=what, scale=round(run.fit.scale, 4),
+                measure=what, scale=round(run.fit.scale, 4), source=source,
             )  # fmt: skip
 
     def _emit_finished(self, run: _Run, obs: Observation) -> None:

@@ -29,6 +29,40 @@ EndedBy = Literal["exit", "fatal", "stop", "hang", "diverged", "probe"]
 
 
 @dataclass(frozen=True, slots=True)
+class HostPeak:
+    """The attempt's host-memory peak as dsguard measured it from outside (no heartbeat
+    needed): ``measure`` names the quantity (``vm_peak``: the largest process's peak address
+    space, what RLIMIT_AS limits; ``cgroup_peak``: the attempt cgroup's peak charge;
+    ``vm_hwm``: the tree's summed peak resident sets), per rank; ``source`` where it was
+    read (``process_tree``: ``/proc/<pid>/status`` of the attempt's own tree, ``cgroup``)."""
+
+    bytes: int
+    measure: str
+    source: str
+
+
+def measured_host_peak(
+    how: str | None,
+    world_size: int,
+    vm_peak: int | None,
+    vm_hwm: int | None,
+    cgroup_peak: int | None,
+) -> HostPeak | None:
+    """The outside measurement that matches the attempt's limit (None: nothing read).
+
+    Under RLIMIT_AS (per process) the largest VmPeak; under the attempt's memory cgroup its
+    peak charge (the tree's summed VmHWM when the kernel has no peak file); without a limit
+    of dsguard's the summed VmHWM. Tree figures are divided by the world size: the estimate
+    is one rank's."""
+    ranks = max(1, world_size)
+    if how == "rlimit_as":
+        return None if not vm_peak else HostPeak(vm_peak, "vm_peak", "process_tree")
+    if how is not None and cgroup_peak:
+        return HostPeak(cgroup_peak // ranks, "cgroup_peak", "cgroup")
+    return None if not vm_hwm else HostPeak(vm_hwm // ranks, "vm_hwm", "process_tree")
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """Everything the judge may look at about one ended attempt."""
 
@@ -57,6 +91,8 @@ class Observation:
     #: The launcher exited with a plain error but its output says a rank died of SIGKILL
     #: (accelerate's ``CalledProcessError ... -9``, torchrun's ``exitcode: -9``).
     rank_killed: bool = False
+    #: The host-memory peak dsguard measured from outside (None: nothing could be read).
+    host_peak: HostPeak | None = None
 
     @property
     def kill_is_host_oom(self) -> bool:

@@ -9,6 +9,15 @@ versions of torch, DeepSpeed and transformers. A later run with the same signatu
 the fastest config known to fit (``plan_applied`` with ``source: store``) and never plans a
 config known to fail.
 
+Each record also carries the *environment fingerprint* of the training interpreter (a hash of
+every installed distribution's ``name==version``, ``run.fit.training_environment``). The
+signature's three versions do not see the rest of the environment, and the rest matters: with
+``datasets`` installed, transformers' Trainer imports it (and ``pyarrow``, ``pandas``), which
+added 1.27 GiB of address space and 108 MiB resident per process on this project's CPU
+benchmark, and known-good configs stopped fitting (``bench/RESULTS.md``, P5LIVE). A record
+from another environment (or from a store written before the fingerprint existed: ``env``
+NULL) is therefore not trusted as known-good, only used as a hint (``core.fit.plan_fit``).
+
 The store is an optimisation, never a reason to fail: a corrupt file, a lock held by another
 process past a short timeout, or a read-only directory make :class:`StoreUnavailable`, which
 the loop reports once (``store_unavailable``) before planning without it.
@@ -45,10 +54,14 @@ CREATE TABLE IF NOT EXISTS attempts (
     outcome TEXT NOT NULL,
     peak_bytes INTEGER,
     samples_per_s REAL,
-    recorded_s REAL NOT NULL
+    recorded_s REAL NOT NULL,
+    env TEXT
 );
 CREATE INDEX IF NOT EXISTS attempts_signature ON attempts (signature);
 """
+#: Stores written before the environment fingerprint lack the column: added on first open
+#: (old rows read as NULL: environment unknown).
+_MIGRATE_ENV = "ALTER TABLE attempts ADD COLUMN env TEXT"
 
 
 class StoreUnavailable(Exception):
@@ -78,6 +91,8 @@ class Known:
     peak_bytes: int | None
     samples_per_s: float | None
     recorded_s: float
+    #: The training environment's fingerprint when recorded (None: unknown, an old store).
+    env: str | None = None
 
 
 class KnownGoodStore:
@@ -95,6 +110,7 @@ class KnownGoodStore:
             raise StoreUnavailable(f"{self.path}: {exc}") from exc
         try:
             con.executescript(_SCHEMA)
+            _migrate(con)
         except sqlite3.Error as exc:
             con.close()
             raise StoreUnavailable(f"{self.path}: {exc}") from exc
@@ -107,13 +123,16 @@ class KnownGoodStore:
         outcome: Outcome,
         peak_bytes: int | None = None,
         samples_per_s: float | None = None,
+        *,
+        env: str | None = None,
     ) -> None:
         con = self._connect()
         try:
             con.execute(
-                "INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO attempts (signature, knobs, outcome, peak_bytes, samples_per_s, "
+                "recorded_s, env) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (sig, json.dumps(dict(knobs), sort_keys=True), outcome, peak_bytes,
-                 samples_per_s, time.time()),
+                 samples_per_s, time.time(), env),
             )  # fmt: skip
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{self.path}: {exc}") from exc
@@ -123,9 +142,10 @@ class KnownGoodStore:
     def lookup(self, sig: str) -> list[Known]:
         con = self._connect()
         try:
+            env = "env" if _has_env(con) else "NULL"
             rows = con.execute(
-                "SELECT knobs, outcome, peak_bytes, samples_per_s, recorded_s FROM attempts "
-                "WHERE signature = ? ORDER BY recorded_s",
+                f"SELECT knobs, outcome, peak_bytes, samples_per_s, recorded_s, {env} "
+                "FROM attempts WHERE signature = ? ORDER BY recorded_s",
                 (sig,),
             ).fetchall()
         except sqlite3.Error as exc:
@@ -133,12 +153,29 @@ class KnownGoodStore:
         finally:
             con.close()
         out: list[Known] = []
-        for knobs, outcome, peak, sps, ts in rows:
+        for knobs, outcome, peak, sps, ts, env in rows:
             try:
-                out.append(Known(json.loads(knobs), outcome, peak, sps, ts))
+                out.append(Known(json.loads(knobs), outcome, peak, sps, ts, env))
             except ValueError:
                 continue  # one mangled row is not a reason to lose the rest
         return out
+
+
+def _has_env(con: sqlite3.Connection) -> bool:
+    return "env" in {row[1] for row in con.execute("PRAGMA table_info(attempts)")}
+
+
+def _migrate(con: sqlite3.Connection) -> None:
+    """Add the ``env`` column to a store from before it. Two dsguards opening an old store at
+    once may both try: the loser's "duplicate column" is the winner's success. A read-only old
+    store stays as it is and reads as environment unknown (``lookup``)."""
+    if _has_env(con):
+        return
+    try:
+        con.execute(_MIGRATE_ENV)
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" not in str(exc) and "readonly" not in str(exc):
+            raise
 
 
 def summarize(records: list[Known]) -> dict[str, dict[str, Any]]:
@@ -151,6 +188,7 @@ def summarize(records: list[Known]) -> dict[str, dict[str, Any]]:
         key = json.dumps(r.knobs, sort_keys=True)
         entry = by.setdefault(key, {"knobs": r.knobs, "samples_per_s": None, "peak_bytes": None})
         entry["outcome"] = r.outcome
+        entry["env"] = r.env
         if r.peak_bytes is not None:
             entry["peak_bytes"] = r.peak_bytes
         if r.samples_per_s is not None:
