@@ -118,6 +118,10 @@ _MAX_FRAME_KEYS = 64
 # Lines from a traceback's last frame header to its exception line: the source (several
 # lines in 3.11+), carets, and other ranks' lines interleaved (tune2's Megatron-LM#878: 10).
 _FRAME_REACH = 40  # tracebacks tracked at once (one per rank prefix)
+# Tracebacks of one rank key printing into the stream at once: ranks without a prefix share
+# one key, and a second rank's "Traceback (most recent call last):" can start before the first
+# one's exception line (issue 12, round 5).
+_MAX_OPEN = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,6 +545,29 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # deepspeed_config_file would silently override (yuvalkirstain/PickScore#2)
             r"When using .deepspeed_config_file., the following accelerate config variables "
             r"will be ignored",
+            # -- issue 12, round 5: an exception whose message sends the user to the DeepSpeed
+            # config or says ZeRO does not allow what was asked, whatever its wording:
+            # accelerate utils/dataclasses.py DeepSpeedPlugin ("Please specify the ZeRO
+            # optimization config in the DeepSpeed config.", "`--mixed_precision` arg cannot
+            # be set to `bf16` when `fp16` is set in the DeepSpeed config file.", "Please
+            # specify `x` without `auto` ... in the DeepSpeed config file"), accelerator.py
+            # ("... `train_micro_batch_size_per_gpu` in the deepspeed config file", "... in
+            # DeepSpeed config is False"), DeepSpeed config_utils.py ("Duplicate keys in
+            # DeepSpeed config"); transformers modeling_utils.py / integrations/accelerate.py
+            # ("DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with
+            # passing a `device_map`"), trainer.py ("... isn't supported yet with DeepSpeed
+            # Zero-3"), DeepSpeed runtime/config.py ("... 'sum' is not supported with ZeRO
+            # stage 3"), engine.py ("Native DeepSpeed MoE is not supported with ZeRO Stage
+            # 3"), accelerate ("MS-AMP is not supported for ZeRO Stage 3"). Only on an
+            # exception line: after its class name, or the message half (": ...") that
+            # C-level exception printing writes apart from the name, where another rank's
+            # output can split them (Chinese-LLaMA-Alpaca#465); a log line that names the
+            # config is no failure.
+            r"(?:(?:Error|Exception)\b:?|^:)\s.*?"
+            r"(?i:\b(?:in|from|to) (?:the |your )?(?:deepspeed|ds)[ _]config(?:uration)?\b"
+            r"|\b(?:deepspeed|zero)\b[\w -]{0,24}?\b(?:is|are) not (?:compatible|supported)\b"
+            r"|(?:not (?:compatible|supported)|isn't supported(?: yet)?) (?:with|for|in) "
+            r"(?:deepspeed|zero)\b)",
         ),
     ),
     (
@@ -962,10 +989,13 @@ class StreamClassifier:
         self._ignored_until = 0  # exception lines up to here follow "Exception ignored in"
         self._partial_fatal: int | None = None  # line_no of a partial line reported fatal
         self._build_frames = False  # the current traceback has a frame in a build module
-        # The current traceback's frames per rank prefix (None: unprefixed), outermost first,
-        # the innermost _MAX_FRAMES kept: where its exception was raised (core/frames.py).
-        self._frames: dict[int | None, list[tuple[str, str]]] = {}
+        # The open tracebacks per rank prefix (None: unprefixed), oldest first: usually one;
+        # more when ranks without a prefix print theirs into one stream at once (see
+        # _start_traceback). Each is its frames, outermost first, the innermost _MAX_FRAMES
+        # kept: where its exception was raised (core/frames.py).
+        self._frames: dict[int | None, list[list[tuple[str, str]]]] = {}
         self._frame_line: dict[int | None, int] = {}  # line_no of each rank's last frame
+        self._tb_line: dict[int | None, int] = {}  # ... of its last traceback header or frame
         # A logger's prefix before the current traceback's header ("2024-08-22 13:50:25 ERROR
         # 200507 [worker_base.py:148] Traceback ..."), as its shape (digits as 0), per rank:
         # its frames and exception line carry the same prefix, with other timestamps.
@@ -1165,7 +1195,7 @@ class StreamClassifier:
             body = self._peel_logger_prefix(rank, body)
         header = body.find(_TRACEBACK)
         if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
-            self._start_traceback(rank, body[:header])
+            self._start_traceback(rank, body[:header], line_no)
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
@@ -1218,7 +1248,6 @@ class StreamClassifier:
                 if _EXC_LINE.search(body) is not None or _ENDS_TRACEBACK.match(body) is not None:
                     # an exception line (KeyboardInterrupt too) ends its traceback
                     frames = self._pop_frames(rank, line_no)
-                    self._cut_hint.pop(rank, None)
                 if rule_kind is FailureKind.DISK_FULL and frames and in_shared_memory(frames):
                     return make(FailureKind.HOST_OOM, m)  # ENOSPC of /dev/shm: RAM, not disk
                 return make(rule_kind, m)
@@ -1252,12 +1281,13 @@ class StreamClassifier:
         """The kind of the exception ``name`` that ends the rank's traceback (None: a launcher
         wrapper, which says only that a child failed)."""
         frames = self._pop_frames(rank, line_no)
-        self._tb_prefix.pop(rank, None)
-        self._cut_hint.pop(rank, None)
+        closed = rank not in self._frames
+        if closed:
+            self._tb_prefix.pop(rank, None)
         if self._build_frames:
             # The innermost exception of a traceback through the op builder or torch's
             # extension builder (a CalledProcessError of ninja included) is a build failure.
-            self._build_frames = False
+            self._build_frames = not closed
             return FailureKind.DS_BUILD_ERROR
         if name in _EXC_NOT_USER_CODE:
             return None
@@ -1266,14 +1296,25 @@ class StreamClassifier:
         named = frame_kind(frames, name) if frames else None
         return FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
 
-    def _start_traceback(self, rank: int | None, prefix: str) -> None:
+    def _start_traceback(self, rank: int | None, prefix: str, line_no: int) -> None:
         """A traceback header: forget the rank's previous traceback (reporting it if it was
-        cut before its exception line) and remember the header's logger prefix."""
-        self._build_frames = False
-        self._frames.pop(rank, None)
-        cut = self._cut_hint.pop(rank, None)
-        if cut is not None:
-            self._pending.append(cut)
+        cut before its exception line) and remember the header's logger prefix.
+
+        Unless that traceback is still being printed (a header or frame of it within
+        _FRAME_REACH lines and no exception line yet): then this is another rank's traceback
+        interleaved with it in one stream, and both stay open, sharing the frames; the
+        first one's frames would otherwise be lost before its exception line (issue 12)."""
+        still_open = self._frames.get(rank)
+        if still_open and line_no - self._tb_line.get(rank, 0) <= _FRAME_REACH:
+            if len(still_open) < _MAX_OPEN:
+                still_open.append([])
+        else:
+            self._build_frames = False
+            cut = self._cut_hint.pop(rank, None)
+            if cut is not None:
+                self._pending.append(cut)
+            self._new_key(rank)
+        self._tb_line[rank] = line_no
         self._note_logger_prefix(rank, prefix)
 
     def _note_logger_prefix(self, rank: int | None, prefix: str) -> None:
@@ -1297,20 +1338,47 @@ class StreamClassifier:
     def _pop_frames(self, rank: int | None, line_no: int) -> list[tuple[str, str]] | None:
         """The rank's traceback frames, if its last frame is close enough above this exception
         line to be its own (a traceback whose exception line was never read must not lend its
-        frames to an unrelated error printed later)."""
-        frames = self._frames.pop(rank, None)
-        last = self._frame_line.pop(rank, 0)
-        return frames if line_no - last <= _FRAME_REACH else None
+        frames to an unrelated error printed later). The exception line ends its traceback.
+
+        With tracebacks interleaved (``_start_traceback``), the one that ends is the one with
+        the most frames, the oldest of equals: a rank prints its exception line after all its
+        frames, and ranks that fail together mostly run the same code, so the one ahead has
+        the most."""
+        open_tbs = self._frames.get(rank)
+        if not open_tbs:
+            return None
+        ended = open_tbs.pop(open_tbs.index(max(open_tbs, key=len)))
+        if not open_tbs:  # the last one open: the rank's tracebacks are all done
+            del self._frames[rank]
+            self._frame_line.pop(rank, None)
+            self._tb_line.pop(rank, None)
+            self._cut_hint.pop(rank, None)
+        if not ended or line_no - self._frame_line.get(rank, 0) > _FRAME_REACH:
+            return None
+        return ended
+
+    def _new_key(self, rank: int | None) -> list[list[tuple[str, str]]]:
+        """One traceback open for this rank, with no frames yet."""
+        if len(self._frames) >= _MAX_FRAME_KEYS:
+            self._frames.clear()  # garbage prefixes must not grow this without bound
+            self._frame_line.clear()
+            self._tb_line.clear()
+        open_tbs: list[list[tuple[str, str]]] = [[]]
+        self._frames[rank] = open_tbs
+        return open_tbs
 
     def _note_frame(self, rank: int | None, frame: tuple[str, str], line_no: int) -> None:
+        """Add a frame to the rank's open traceback. With several open (interleaved), to the
+        one holding the fewest copies of this frame, the oldest of equals: copies of one
+        traceback get its frames in order, whatever order their lines came in (a frame that
+        repeats within one, such as a module's ``_call_impl``, counted as it repeats)."""
         self._frame_just_seen = True
         self._frame_line[rank] = line_no
-        frames = self._frames.get(rank)
-        if frames is None:
-            if len(self._frames) >= _MAX_FRAME_KEYS:
-                self._frames.clear()  # garbage prefixes must not grow this without bound
-                self._frame_line.clear()
-            frames = self._frames[rank] = []
+        self._tb_line[rank] = line_no
+        open_tbs = self._frames.get(rank) or self._new_key(rank)
+        frames = open_tbs[0]
+        if len(open_tbs) > 1:
+            frames = min(open_tbs, key=lambda tb: tb.count(frame))
         frames.append(frame)
         if len(frames) > _MAX_FRAMES:
             del frames[0]
