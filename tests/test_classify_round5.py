@@ -131,3 +131,113 @@ def test_deepspeed_config_messages(line: str) -> None:
 )
 def test_lines_that_only_mention_the_deepspeed_config(line: str) -> None:
     assert K.DS_CONFIG_ERROR not in kinds_of(line + "\n")
+
+
+# -- other tune3 misses: general wordings, each from the code that prints it ------------------
+
+BATCH_LINES = [
+    # TensorFlow ResourceExhaustedError, GPU and host allocators (salesforce/ctrl#83; a gpt-2
+    # TF fine-tune on CPU)
+    (
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
+        "tensor with shape[246534,1280] and type float on /job:localhost/replica:0/task:0/"
+        "device:GPU:0 by allocator GPU_0_bfc [Op:RandomStandardNormal]",
+        K.CUDA_OOM,
+    ),
+    (
+        "  (0) Resource exhausted: OOM when allocating tensor with shape[1024,50257] and type "
+        "float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu",
+        K.HOST_OOM,
+    ),
+    # cudaGetErrorString after a library's own words (junjie18/CMT#15; CTranslate2)
+    (
+        "cuda failed with error 2 out of memory. use CUDA_LAUNCH_BLOCKING=1 to get correct "
+        "traceback.",
+        K.CUDA_OOM,
+    ),
+    ("RuntimeError: CUDA failed with error out of memory", K.CUDA_OOM),
+    # torch dataloader.py _try_get_data (facebookresearch/detectron2#384)
+    ("`RuntimeError: DataLoader worker (pid(s) 25) exited unexpectedly`", K.HOST_OOM),
+    # detectron2 engine/train_loop.py _write_metrics (csuhan/opendet2#29, retyped)
+    ("Runtime Error: floatingPointError: Loss became infinite or NaN at iteration=166!",
+     K.LOSS_DIVERGENCE),
+    # Keras TerminateOnNaN (manishsoni1908/Mobilenet-ssd-keras#21)
+    ("  3/234 [......] - ETA: 33:37:24 - loss: 44.4110Batch 3: Invalid loss, terminating "
+     "training", K.LOSS_DIVERGENCE),
+    ("  4/234 [......] - ETA: 25:09:00 - loss: inf", K.LOSS_DIVERGENCE),
+    # load_state_dict's detail without its RuntimeError (zhangcheng828/MonoDetector#3)
+    ('Unexpected key(s) in state_dict: "head.heatmap_head.1.weight_", "head.wh_head.1.bias_"',
+     K.CHECKPOINT_ERROR),
+    # torch/cuda/__init__.py _check_cubins (jiangyzy/GOAE#16) and 2.13's _warn_unsupported_code
+    ("NVIDIA RTX A6000 with CUDA capability sm_86 is not compatible with the current PyTorch "
+     "installation.", K.CUDA_FATAL),
+    ("Your installed torch==2.13.0+cu126 does not include kernels for this GPU. Reinstall the "
+     "same version against a CUDA build that does, e.g.:", K.CUDA_FATAL),
+    # a VM or node taken away (mozilla/translations#964, kubeflow/trainer#999)
+    ("Dec 17 16:03:58Z host-1 start-worker 2024/12/17 16:03:58 GCP Metadata Service says "
+     "termination is imminent", K.KILLED_EXTERNALLY),
+    ("Dec 17 16:04:09Z host-1 systemd-logind Power key pressed.", K.KILLED_EXTERNALLY),
+    ("On google kubernetes engine, I am finding that TFJobs fail when a node running a worker "
+     "is pre-empted.", K.KILLED_EXTERNALLY),
+    ("  Message:  Pod was terminated in response to imminent node shutdown.",
+     K.KILLED_EXTERNALLY),
+    # quoted exception lines, weak evidence of the script's error (codertimo/KorQuAD-Question-
+    # Generation#1, Akegarasu/lora-scripts#132, LgQu/DPT-T2I#5)
+    (">>> TypeError: __new__() got an unexpected keyword argument 'eval_batch_size'",
+     K.USER_CODE_ERROR),
+    ("D:\\venv\\Scripts\\python.exe: Error while finding module specification for "
+     "'accelerate.commands.launch' (ModuleNotFoundError: No module named 'accelerate')",
+     K.USER_CODE_ERROR),
+    (" [Errno 2] No such file or directory: '../dataset/finetune_refall_train.json' when i run "
+     "command `accelerate launch train_stage1.py`", K.USER_CODE_ERROR),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "kind"), BATCH_LINES, ids=[x[0][:50] for x in BATCH_LINES])
+def test_round5_wordings(line: str, kind: FailureKind) -> None:
+    failure = classify_text(line + "\n", None)
+    assert failure is not None and failure.kind is kind, failure
+
+
+def test_a_deepspeed_checkpoint_loader_traceback_cut_before_its_exception_line() -> None:
+    """DeepSpeed PR #1322: two ranks' output on one line, then the second rank's traceback cut
+    before its exception line, in state_dict_factory.py check_ckpt_list (no checkpoint file
+    matched): a checkpoint error, not the bare AssertionError's script error."""
+    text = (
+        "AssertionError\n"
+        "        sd_loader = SDLoaderFactory.get_sd_loader(ckpt_list)sd_loader = "
+        "SDLoaderFactory.get_sd_loader(ckpt_list)\n"
+        '  File "/code/deepspeed-big-science/deepspeed/runtime/state_dict_factory.py", line '
+        "162, in check_ckpt_list\n"
+        "    assert len(self.ckpt_list) > 0\n"
+    )
+    failure = classify_text(text, None)
+    assert failure is not None and failure.kind is K.CHECKPOINT_ERROR
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # TF's BFC allocator warns and goes on ("... The caller indicates that this is not a
+        # failure"): not the OOM exception
+        "W tensorflow/core/common_runtime/bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out "
+        "of memory trying to allocate 2.20GiB with freed_by_count=0. The caller indicates that "
+        "this is not a failure, but may mean that there could be performance gains if more "
+        "memory were available.",
+        # a loss that is fine, an info line that says "inference"
+        "{'loss': 0.4521, 'grad_norm': 1.2, 'learning_rate': 2e-05, 'epoch': 0.1}",
+        "INFO: running inference\n",
+        # pre-emption as a scheduler *setting*, not an event
+        "PreemptMode=REQUEUE PreemptType=preempt/partition_prio",
+    ],
+)
+def test_round5_near_misses_are_no_evidence(line: str) -> None:
+    assert kinds_of(line + "\n") == []
+
+
+def test_a_quoted_exception_is_weak() -> None:
+    """A quoted exception explains a death only when nothing else does: a SIGKILL line in the
+    same output wins."""
+    text = ">>> TypeError: f() got an unexpected keyword argument 'x'\nKilled\n"
+    failure = classify_text(text, 137)
+    assert failure is not None and failure.kind is K.HOST_OOM

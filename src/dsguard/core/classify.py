@@ -307,6 +307,28 @@ _TRIGGERS: tuple[str, ...] = (
     "File ",
     ".py in ",
     "│ /",
+    # -- issue 12, round 5 (tune3): messages printed without "Error" on the line. Each shares
+    # its first character with a trigger above (cheap, see above): TensorFlow's
+    # "OOM when allocating tensor ... on .../device:GPU:0"; a NaN/inf loss logged at the end
+    # of a line ("- loss: inf"), Keras TerminateOnNaN's "Batch 3: Invalid loss, terminating
+    # training"; load_state_dict's detail pasted without its RuntimeError; Python's strerror
+    # for a missing file quoted in prose ("[Errno 2] No such file or directory: ..."); torch's
+    # warnings for a GPU its build has no kernels for; a DataLoader worker that died; a cloud
+    # VM or node taken away (preemption, an ACPI power-off, kubelet's node shutdown)
+    "allocating tensor",
+    "inf\n",
+    "inf\r",
+    "nvalid loss",
+    "key(s) in state_dict",
+    "Errno 2]",
+    "not compatible with the current PyTorch",
+    "kernels for this GPU",
+    "support this GPU",
+    "exited unexpectedly",
+    "re-empt",
+    "reempt",
+    "ower key pressed",
+    "imminent",
 )
 
 
@@ -392,6 +414,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # fairseq trainer.py: a caught OOM it could not get past if the run then died
             r"attempting to recover from OOM",
             r"ran out of memory(?:, skipping batch| with exception)",
+            # -- issue 12, round 5: TensorFlow's ResourceExhaustedError names the device
+            # (core/framework: "OOM when allocating tensor with shape[...] and type float on
+            # /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc";
+            # salesforce/ctrl#83; device:CPU is host memory, below), and libraries that print
+            # cudaGetErrorString after their own words: CTranslate2's "CUDA failed with error
+            # out of memory", spconv/tensorview's "cuda failed with error 2 out of memory"
+            # (junjie18/CMT#15); cudaErrorMemoryAllocation is that error's enum name
+            r"OOM when allocating tensor.{0,300}?/device:GPU:\d",
+            r"(?i:\bcuda failed with error (?:\d+ )?out of memory)",
+            r"cudaErrorMemoryAllocation",
         ),
     ),
     (
@@ -426,6 +458,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bmemory allocation failed\b",
             r"memory allocation of \d+ bytes failed",  # Rust's alloc error (tch-rs)
             r"_ArrayMemoryError|Unable to allocate [\d.]+ [KMGTP]i?B for an array",  # numpy
+            # -- issue 12, round 5: TensorFlow's allocation failure on the host's allocator
+            r"OOM when allocating tensor.{0,300}?/device:CPU:\d",
+            # torch dataloader.py _try_get_data: a worker that died without a Python exception
+            # (that one is re-raised as "Caught X in DataLoader worker process N") and without
+            # its signal being reported, most often SIGBUS on an exhausted /dev/shm (docker's
+            # 64 MB default) or the OOM killer; the remedies that help are the host-memory ones
+            # (fewer workers, a larger --shm-size) (facebookresearch/detectron2#384)
+            r"DataLoader worker \(pid\(s\) [^)]*\) exited unexpectedly",
         ),
     ),
     (
@@ -626,8 +666,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"]?\s*[:=]?\s*"
             r"['\"]?(?:tensor\()?[-+]?(?:nan|inf)\b)",
             # ... and in words: "loss is nan", "Loss has NaN values" (wav2letter's glog FATAL)
-            r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|turned|has|contains) [-+]?(?:nan|inf)"
-            r"\b)",
+            r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|turned|has|contains) [-+]?"
+            r"(?:nan|inf(?:inite)?)\b)",
+            # Keras callbacks.py TerminateOnNaN: prints this and stops training when the
+            # batch's loss is NaN or inf (manishsoni1908/Mobilenet-ssd-keras#21)
+            r"Batch \d+: Invalid loss, terminating training",
             r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
@@ -656,6 +699,18 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"no kernel image is available for execution on the device",
             r"Device-side assert(?:ion)?",  # ROCm's kernel assert, torch's "triggered"
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
+            # -- issue 12, round 5: torch's warnings at CUDA init for a GPU the build has no
+            # kernels for; the first kernel launch then fails with "no kernel image" (a
+            # warning, so evidence, never an attempt's end). torch/cuda/__init__.py
+            # _check_cubins ("NVIDIA RTX A6000 with CUDA capability sm_86 is not compatible
+            # with the current PyTorch installation.", jiangyzy/GOAE#16), _warn_unsupported_code
+            # (2.13: "Your installed torch==... does not include kernels for this GPU", "No
+            # published PyTorch CUDA builds for release ... support this GPU"), and 1.x's
+            # _check_capability ("PyTorch no longer supports this GPU because it is too old.")
+            r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
+            r"does not include kernels for this GPU",
+            r"No published PyTorch CUDA builds for release \S+ support this GPU",
+            r"PyTorch no longer supports this GPU because it is too old",
         ),
     ),
     (
@@ -677,6 +732,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"^Terminated\s*$",  # a shell's foreground job got SIGTERM
             r"Received SIGTERM|SIGTERM received|Received signal 15\b",
             r"^(?:\w+\.)*KeyboardInterrupt\b",  # someone pressed Ctrl-C: a stop, not a bug
+            # -- issue 12, round 5: the machine or node was taken away. A spot/preemptible VM's
+            # notice (mozilla/translations#964: "GCP Metadata Service says termination is
+            # imminent"; kubelet's graceful node shutdown: "Pod was terminated in response to
+            # imminent node shutdown."), GCE's preemption arriving as an ACPI power-off
+            # (systemd-logind "Power key pressed."), an orchestrator saying a node or job "was
+            # preempted" (kubeflow/trainer#999)
+            r"\btermination is imminent\b|\bimminent node shutdown\b",
+            r"systemd-logind(?:\[\d+\])?:? Power key pressed\b",
+            r"\b(?:was|were|been|being|got|is|are) pre-?empted\b",
         ),
     ),
     (
@@ -841,6 +905,17 @@ _ENDS_TRACEBACK = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s|\s*$)")
 # An exception's repr, as loggers and hydra's instantiate print a caught one:
 # TypeError("Trainer.__init__() got an unexpected keyword argument 'num_processes'")
 _EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\((?:['\"]|\))")
+# An exception line quoted rather than printed (issue 12, round 5): after a Markdown quote or
+# a REPL prompt (">>> TypeError: __new__() got an unexpected keyword argument ..."), in
+# backticks, or in parentheses, as runpy reports a failed "python -m" ("python.exe: Error while
+# finding module specification for 'accelerate.commands.launch' (ModuleNotFoundError: No
+# module named 'accelerate')"). And Python's strerror for a missing file without its class
+# name ("[Errno 2] No such file or directory: '../dataset/train.json'"). Weak evidence of the
+# script's or environment's error: anything specific in the output outranks it.
+_QUOTED_EXC = re.compile(
+    r"(?:^>[>\s]*|[`(])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
+    r"|(\[Errno 2\] No such file or directory: )"
+)
 # An exception *raised* on this line: Python's last traceback line ("torch.OutOfMemoryError:
 # CUDA out of memory ...", rank-prefixed or glued after a tqdm bar's "]") or C++'s
 # "terminate called after throwing ..." / "  what():  ...". Only such a line may end an
@@ -1266,8 +1341,8 @@ class StreamClassifier:
             # An exception's repr quoted in a message ("Error executing job: TypeError(\"
             # Trainer.__init__() got an unexpected keyword argument ...\")", hydra): the
             # script's error, when nothing more specific explains the death.
-            r = _EXC_REPR.search(body)
-            if r is not None and r.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
+            r = _EXC_REPR.search(body) or _QUOTED_EXC.search(body)
+            if r is not None and (r.group(1) or "").rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             return None
         ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1], line_no)
@@ -1498,6 +1573,7 @@ _RETRY_HELPS = frozenset(
 # or the code indexes out of range (a device-side assert recurs at the same batch).
 _CUDA_DETERMINISTIC = re.compile(
     r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|[Aa]ssert"
+    r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
 )
 
 
@@ -1539,7 +1615,9 @@ def _pick_lines(lead: list[Evidence], others: list[Evidence]) -> tuple[str, ...]
     return tuple((lead_texts[:head] + other_texts + lead_texts[head:])[:_MAX_FAILURE_LINES])
 
 
-_NONFINITE_TEXT = re.compile(r"\b(?:nan|NaN|NAN|inf|Inf|INF)\b|FloatingPointError|non-?finite")
+_NONFINITE_TEXT = re.compile(
+    r"\b(?:nan|NaN|NAN|inf|Inf|INF)\b|FloatingPointError|non-?finite|Invalid loss, terminating"
+)
 
 
 def nonfinite_text(line: str) -> bool:
