@@ -241,3 +241,60 @@ def test_a_quoted_exception_is_weak() -> None:
     text = ">>> TypeError: f() got an unexpected keyword argument 'x'\nKilled\n"
     failure = classify_text(text, 137)
     assert failure is not None and failure.kind is K.HOST_OOM
+
+
+# -- a compiler the OOM killer took during a JIT op build (defect a) ------------------------
+
+#: DeepSpeed's JIT build of its CPU shm op (as in tests/test_remedies.py), with the compiler
+#: killed instead of failing an allocation.
+JIT_BUILD = [
+    "RuntimeError: Error building extension 'deepspeed_shm_comm': [1/3] c++ -MMD -MF "
+    "shm_interface.o.d -DTORCH_EXTENSION_NAME=deepspeed_shm_comm -fPIC -std=c++20 -O2 -c "
+    "/venv/lib/python3.11/site-packages/deepspeed/ops/csrc/cpu/comm/shm_interface.cpp -o "
+    "shm_interface.o",
+    "FAILED: shm.o ",
+    "{killed}",
+    "ninja: build stopped: subcommand failed.",
+]
+
+COMPILER_KILLED = [
+    "c++: fatal error: Killed signal terminated program cc1plus",  # gcc >= 5
+    "g++-12: fatal error: Killed signal terminated program cc1plus",
+    "g++: internal compiler error: Killed (program cc1plus)",  # older gcc
+    "nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
+    "nvcc error   : 'cudafe++' died due to signal 9 (Kill signal)",
+    "clang: error: unable to execute command: Killed",
+]
+
+
+@pytest.mark.parametrize("line", COMPILER_KILLED)
+def test_a_compiler_killed_by_the_oom_killer_is_a_build_failure(line: str) -> None:
+    """The kill is the compiler's, not a rank's: ds_build_error, and the build ladder gives up
+    at once with the compiler-OOM advice (build the op once without the limit), where the
+    host-memory ladder halved a batch that cannot change what the compiler needs. It was
+    host_oom before (gcc's line counted as a rank's SIGKILL)."""
+    from dsguard.core.remedies import GiveUp, next_remedy
+    from tests.test_remedies import facts
+
+    lines = [x.format(killed=line) for x in JIT_BUILD]
+    for exit_code in (1, None):
+        failure = classify_text("\n".join(lines) + "\n", exit_code)
+        assert failure is not None and failure.kind is K.DS_BUILD_ERROR, failure
+        assert failure.rank_exit is None  # no rank was killed
+    got = next_remedy(K.DS_BUILD_ERROR, lines, frozenset(), facts(), ds_config=None)
+    assert isinstance(got, GiveUp)
+    assert got.reason.startswith("the compiler building the deepspeed_shm_comm op ran out of")
+    assert line.strip()[:20] in got.reason
+
+
+def test_the_ranks_own_sigkill_stays_host_oom() -> None:
+    """Without build lines, a SIGKILL is still a probable host OOM (the launcher's -9, a
+    shell's Killed), and a kill reported next to a build that succeeded too."""
+    for text, code in (
+        ("[launch.py:315:sigkill_handler] Killed subprocess 4242\n"
+         "subprocess.CalledProcessError: Command '['python', 'train.py']' died with "
+         "<Signals.SIGKILL: 9>.\n", 1),
+        ("Loading extension module deepspeed_shm_comm...\nstep 3 loss 1.2\nKilled\n", 137),
+    ):  # fmt: skip
+        failure = classify_text(text, code)
+        assert failure is not None and failure.kind is K.HOST_OOM, failure

@@ -47,6 +47,7 @@ from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
 from dsguard.core.frames import closed_frame_kind, frame_kind, in_shared_memory, parse_frame
 
 __all__ = [
+    "COMPILER_OOM",
     "Evidence",
     "ExitStatus",
     "Failure",
@@ -85,8 +86,9 @@ class FailureKind(StrEnum):
 # traceback (user_code_error); a rank the kernel OOM-killed makes its peers' NCCL calls fail.
 # killed_externally (a SIGKILL that nothing in the output explains and no OOM-kill counter
 # confirms, see classify()) sits above nccl_error for the same reason, and below the kinds
-# whose own message explains the death. host_oom outranks the build kinds
-# because a compiler killed by the OOM killer surfaces as a build failure.
+# whose own message explains the death. (A compiler that ran out of memory or that the OOM
+# killer took while building an op is a build failure by its own rule, COMPILER_OOM, ahead of
+# this order: no batch size changes what the compiler needs.)
 _PRIORITY: tuple[FailureKind, ...] = (
     FailureKind.CUDA_OOM,
     FailureKind.HOST_OOM,
@@ -368,6 +370,29 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{a})" for a in alternatives))
 
 
+#: A compiler building an op that ran out of memory: its own allocation failure (gcc's xmalloc
+#: "virtual memory exhausted: Cannot allocate memory", libiberty's "cc1plus: out of memory
+#: allocating N bytes after a total of M bytes", "LLVM ERROR: out of memory", GNU make's "***
+#: virtual memory exhausted"), or the kernel's OOM killer taking it (issue 12, round 5): gcc's
+#: driver reports its child's SIGKILL as "c++: fatal error: Killed signal terminated program
+#: cc1plus" (older gcc: "g++: internal compiler error: Killed (program cc1plus)"), nvcc as
+#: "nvcc error   : 'cicc' died due to signal 9 (Kill signal)" (also 'cudafe++', 'ptxas'),
+#: clang as "clang: error: unable to execute command: Killed". A host memory limit (RLIMIT_AS,
+#: a memory cgroup) holds for every child of the training process, so DeepSpeed's and torch's
+#: JIT builds run under it, and parallel nvcc jobs exhaust a small host's RAM. One home for
+#: this fact: ``core.remedies`` reads it to give up with the advice that helps (build the op
+#: once without the limit), where the host-memory ladder would halve a batch for nothing.
+COMPILER_OOM = _rx(
+    r"virtual memory exhausted",
+    r"out of memory allocating \d+ bytes after a total of",
+    r"LLVM ERROR: out of memory",
+    r"Killed signal terminated program \S+",
+    r"internal compiler error: Killed \(program \S+\)",
+    r"'[^'\s]+' died due to signal 9\b",
+    r"unable to execute command: Killed",
+)
+
+
 # Sources: "repo/path" is the emitting code, "repo#N" an issue or PR whose log shows the line.
 _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     # Ahead of the priority order (issue 15): a compiler's own allocation failure. A host
@@ -375,19 +400,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     # so DeepSpeed's JIT build of an op (deepspeed_shm_comm at every CPU-accelerator start,
     # cpu_adam, ...) runs under it; its "Cannot allocate memory" is the compiler's, not the
     # training's, and no batch size or bucket changes what the compiler needs (a live P5 S1
-    # run halved the buckets 6 times for it). gcc's xmalloc failure "virtual memory
-    # exhausted: Cannot allocate memory", libiberty's "cc1plus: out of memory allocating N
-    # bytes after a total of M bytes", LLVM's "LLVM ERROR: out of memory", GNU make's
-    # "*** virtual memory exhausted". A compiler the *kernel* OOM-killed ("Killed signal
-    # terminated program cc1plus") stays host_oom (see _PRIORITY).
-    (
-        FailureKind.DS_BUILD_ERROR,
-        _rx(
-            r"virtual memory exhausted",
-            r"out of memory allocating \d+ bytes after a total of",
-            r"LLVM ERROR: out of memory",
-        ),
-    ),
+    # run halved the buckets 6 times for it). The wordings, and a compiler the kernel's OOM
+    # killer took, are COMPILER_OOM's; the rank's own SIGKILL stays a probable host OOM.
+    (FailureKind.DS_BUILD_ERROR, COMPILER_OOM),
     (
         FailureKind.CUDA_OOM,
         _rx(
@@ -847,7 +862,8 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # python test.py" (lower case, as zsh's signal table names SIGKILL), bash "[1]+  Killed
     # python train.py"; glued after a tqdm bar in pasted output (Baichuan2#138)
     (re.compile(r"\[\d+\][+-]?\s+(?:\d+\s+)?[Kk]illed\s+\S"), 9),
-    (re.compile(r"Killed signal terminated program"), 9),  # gcc when the OOM killer took cc1plus
+    # (not gcc's "Killed signal terminated program cc1plus": a compiler's death, not a rank's;
+    # see COMPILER_OOM)
 )
 
 
