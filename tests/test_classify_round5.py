@@ -298,3 +298,73 @@ def test_the_ranks_own_sigkill_stays_host_oom() -> None:
     ):  # fmt: skip
         failure = classify_text(text, code)
         assert failure is not None and failure.kind is K.HOST_OOM, failure
+
+
+# -- gloo's EAGAIN (defect b) -----------------------------------------------------------------
+
+GLOO_LINES = [
+    # a receive that timed out on the socket (pair.cc: recv() -> EAGAIN on SO_RCVTIMEO) and a
+    # peer that died (torchtnt CI; verl), both communication failures
+    (
+        "RuntimeError: [/var/tmp/portage/sci-libs/gloo-2023.07.15-r1/work/gloo/gloo/transport/"
+        "tcp/pair.cc:525] Read error [127.0.0.1]:55523: Resource temporarily unavailable",
+        K.NCCL_ERROR,
+    ),
+    (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
+        "by peer [100.106.32.178]:22676",
+        K.NCCL_ERROR,
+    ),
+    (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+        "waiting 1800000ms for recv operation to complete",
+        K.NCCL_ERROR,
+    ),
+    # a port still held by another run: the script's, as for c10d's server socket
+    (
+        "RuntimeError: [/opt/conda/conda-bld/pytorch_1634272107467/work/third_party/gloo/gloo/"
+        "transport/tcp/pair.cc:185] listen: Address already in use",
+        K.USER_CODE_ERROR,
+    ),
+    # a thread that could not be started: under a tight limit on address space, no room for
+    # its stack (ProcessGroupGloo's constructor through pybind; std::thread; Python threading)
+    ("RuntimeError: Resource temporarily unavailable", K.HOST_OOM),
+    ("  what():  Resource temporarily unavailable", K.HOST_OOM),
+    ("RuntimeError: can't start new thread", K.HOST_OOM),
+]
+
+
+@pytest.mark.parametrize(("line", "kind"), GLOO_LINES, ids=[x[0][-50:] for x in GLOO_LINES])
+def test_gloo_eagain(line: str, kind: FailureKind) -> None:
+    failure = classify_text(line + "\n", 1)
+    assert failure is not None and failure.kind is kind, failure
+
+
+def test_gloo_thread_eagain_at_process_group_creation_is_host_memory() -> None:
+    """The P5 scenario-B shape: ProcessGroupGloo cannot start its threads under RLIMIT_AS.
+    The traceback runs through c10d's process-group creation, whose RuntimeErrors are
+    otherwise communication failures; this message is the host's memory. Before: the
+    script's error (no frames) or nccl_error (frames)."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", '
+        "line 1710, in _new_process_group_helper\n"
+        "    backend_class = ProcessGroupGloo(backend_prefix_store, group_rank, group_size, "
+        "timeout=timeout)\n"
+        "RuntimeError: Resource temporarily unavailable\n"
+    )
+    failure = classify_text(text, 1)
+    assert failure is not None and failure.kind is K.HOST_OOM
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a file lock's EAGAIN names its file (h5py/HDF5 on NFS): not memory
+        "OSError: Unable to open file (unable to lock file, errno = 11, error message = "
+        "'Resource temporarily unavailable')",
+        "E: Could not get lock /var/lib/dpkg/lock - open (11: Resource temporarily unavailable)",
+    ],
+)
+def test_other_eagains_are_not_host_memory(line: str) -> None:
+    assert K.HOST_OOM not in kinds_of(line + "\n")

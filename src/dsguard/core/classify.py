@@ -331,6 +331,8 @@ _TRIGGERS: tuple[str, ...] = (
     "reempt",
     "ower key pressed",
     "imminent",
+    "emporarily unavailable",  # EAGAIN, see the host_oom and nccl_error rules
+    "start new thread",
 )
 
 
@@ -475,6 +477,20 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"_ArrayMemoryError|Unable to allocate [\d.]+ [KMGTP]i?B for an array",  # numpy
             # -- issue 12, round 5: TensorFlow's allocation failure on the host's allocator
             r"OOM when allocating tensor.{0,300}?/device:CPU:\d",
+            # A thread that could not be created (EAGAIN): std::thread's std::system_error
+            # ("what():  Resource temporarily unavailable"; through pybind, a bare
+            # "RuntimeError: Resource temporarily unavailable", as ProcessGroupGloo's
+            # constructor raises it when it cannot start its worker threads) and Python's
+            # threading ("RuntimeError: can't start new thread"). Under a host memory limit
+            # on address space (dsguard's RLIMIT_AS fallback) every thread's stack is mapped
+            # against the limit, so a tight limit fails here first (bench/RESULTS.md, P5
+            # scenario B: gloo at start-up under 2.03 GiB); a task limit, the other cause, is
+            # lifted by dsguard's service unit (TasksMax=infinity). Only the bare message: a
+            # socket's EAGAIN names its peer (gloo's "Read error [peer]:port: Resource
+            # temporarily unavailable" is a receive that timed out, below with the
+            # communication errors) and a file lock's names its file.
+            r"(?:^(?:[\w.]*Error: )?|what\(\):\s+)Resource temporarily unavailable\s*$",
+            r"can't start new thread",
             # torch dataloader.py _try_get_data: a worker that died without a Python exception
             # (that one is re-raised as "Caught X in DataLoader worker process N") and without
             # its signal being reported, most often SIGBUS on an exhausted /dev/shm (docker's
@@ -792,8 +808,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # gloo (the CPU backend, also used for c10d's own barriers): transport errors from
             # gloo/transport/tcp/pair.cc ("Connection closed by peer", "Read error ...:
             # Connection reset by peer") and a rendezvous that never connects
-            r"gloo/transport/tcp/pair\.cc:\d+\]",
+            r"gloo/transport/tcp/pair\.cc:\d+\](?!.*Address already in use)",
             r"Gloo connectFullMesh failed",
+            # -- issue 12, round 5: the rest of gloo's transports and their timeouts (a peer
+            # that never sent: unbound_buffer.cc "Timed out waiting 1800000ms for recv
+            # operation to complete"; pair.cc "Read error [peer]:port: Resource temporarily
+            # unavailable" is the same receive timing out on the socket's SO_RCVTIMEO, and
+            # "Connection reset by peer" a peer that died). A listen socket's "Address already
+            # in use" is a port still held, the script's (below).
+            r"gloo/transport/(?:tcp|uv|ibverbs|tcp/tls)/\w+\.cc:\d+\](?!.*Address already in use)",
+            r"Timed out waiting \d+ms for (?:recv|send) operation to complete",
             # -- issue 12, third round: the process group never formed or its store went away.
             # torch distributed_c10d.py _store_based_barrier raises RuntimeError (later
             # DistStoreError) "Timed out initializing process group in store based barrier on
@@ -828,6 +852,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the port of a previous run still held (c10d server socket, Windows WSAEADDRINUSE)
             r"server socket has failed to (?:bind|listen).*(?:Address already in use|errno: 98)",
             r"server socket has failed to listen on any local network address",
+            r"gloo/transport/\S+\.cc:\d+\] listen: Address already in use",
             r"error code: 10048",
         ),
     ),
