@@ -390,7 +390,7 @@ COMPILER_OOM = _rx(
     r"LLVM ERROR: out of memory",
     r"Killed signal terminated program \S+",
     r"internal compiler error: Killed \(program \S+\)",
-    r"'[^'\s]+' died due to signal 9\b",
+    r"nvcc error\s*: '[^']+' died due to signal 9\b",
     r"unable to execute command: Killed",
 )
 
