@@ -108,6 +108,17 @@ DS_CONFIG_LINES = [
     "choose ZeRO stage 1/2.",
     "NotImplementedError: MS-AMP is not supported for ZeRO Stage 3. Please use ZeRO Stage 0, 1, "
     "or 2 instead.",
+    # DeepSpeed runtime/config.py, zero/config.py, precision_config.py, elasticity/config.py,
+    # pasted without their traceback (deepspeed 0.19.8)
+    "AssertionError: DeepSpeedConfig: Maximum supported ZeRO stage is 3",
+    "AssertionError: bfloat16 and fp16 modes cannot be simultaneously enabled",
+    "AssertionError: Either train_batch_size or train_micro_batch_size_per_gpu needs to be "
+    "provided",
+    "AssertionError: Fp16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, or 3.",
+    "AssertionError: Partial offloading only supported for ZeRO Stage 3.",
+    "ValueError: fp16.loss_scale must be >= 0 (0 enables dynamic loss scaling)",
+    "deepspeed.elasticity.config.ElasticityConfigError: Elasticity min_gpus cannot be greater "
+    "than max_gpus, given min_gpus: 8, max_gpus: 4",
 ]
 
 

@@ -637,8 +637,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?:(?:Error|Exception)\b:?|^:)\s.*?"
             r"(?i:\b(?:in|from|to) (?:the |your )?(?:deepspeed|ds)[ _]config(?:uration)?\b"
             r"|\b(?:deepspeed|zero)\b[\w -]{0,24}?\b(?:is|are) not (?:compatible|supported)\b"
-            r"|(?:not (?:compatible|supported)|isn't supported(?: yet)?) (?:with|for|in) "
-            r"(?:deepspeed|zero)\b)",
+            r"|(?:not (?:compatible|supported)|isn't supported(?: yet)?|only supported) "
+            r"(?:with|for|in) (?:deepspeed|zero)\b)",
+            # ... and DeepSpeed runtime/config.py's own assert and message shapes, for a line
+            # pasted without its traceback (with one, the frame says it): "DeepSpeedConfig:
+            # Maximum supported ZeRO stage is 3", "bfloat16 and fp16 modes cannot be
+            # simultaneously enabled", "Either train_batch_size or
+            # train_micro_batch_size_per_gpu needs to be provided", precision_config.py's
+            # "fp16.loss_scale must be >= 0 ...", elasticity/config.py's ElasticityConfigError
+            r"(?:Error|Exception)\b:?\s.*?(?:\bDeepSpeedConfig: |bfloat16 and fp16 modes cannot be"
+            r"|\btrain_micro_batch_size_per_gpu\b|\b(?:fp16|bf16|zero_optimization)\.\w+ must\b)",
+            r"ElasticityConfigError",
         ),
     ),
     (
