@@ -379,3 +379,14 @@ def test_gloo_thread_eagain_at_process_group_creation_is_host_memory() -> None:
 )
 def test_other_eagains_are_not_host_memory(line: str) -> None:
     assert K.HOST_OOM not in kinds_of(line + "\n")
+
+
+def test_a_traceback_late_in_the_output_keeps_its_frames() -> None:
+    """The frames of a traceback printed after many lines of output still name its kind
+    (the reach is measured from its own last frame, not from the start of the output)."""
+    filler = "".join(f"step {i} loss 1.0\n" for i in range(200))
+    assert kinds_of(filler + GPT_NEOX_1043) == [K.DS_CONFIG_ERROR]
+    assert kinds_of(filler + interleave(GPT_NEOX_1043, GPT_NEOX_1043, lag=2)) == [
+        K.DS_CONFIG_ERROR,
+        K.DS_CONFIG_ERROR,
+    ]

@@ -1473,14 +1473,13 @@ class StreamClassifier:
         if not open_tbs:
             return None
         ended = open_tbs.pop(open_tbs.index(max(open_tbs, key=len)))
+        recent = line_no - self._frame_line.get(rank, 0) <= _FRAME_REACH
         if not open_tbs:  # the last one open: the rank's tracebacks are all done
             del self._frames[rank]
             self._frame_line.pop(rank, None)
             self._tb_line.pop(rank, None)
             self._cut_hint.pop(rank, None)
-        if not ended or line_no - self._frame_line.get(rank, 0) > _FRAME_REACH:
-            return None
-        return ended
+        return ended if ended and recent else None
 
     def _new_key(self, rank: int | None) -> list[list[tuple[str, str]]]:
         """One traceback open for this rank, with no frames yet."""
