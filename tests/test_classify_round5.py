@@ -146,7 +146,7 @@ def test_lines_that_only_mention_the_deepspeed_config(line: str) -> None:
 
 # -- other tune3 misses: general wordings, each from the code that prints it ------------------
 
-BATCH_LINES = [
+BATCH_LINES: list[tuple[str, FailureKind | None]] = [
     # TensorFlow ResourceExhaustedError, GPU and host allocators (salesforce/ctrl#83; a gpt-2
     # TF fine-tune on CPU)
     (
@@ -192,6 +192,18 @@ BATCH_LINES = [
      "is pre-empted.", K.KILLED_EXTERNALLY),
     ("  Message:  Pod was terminated in response to imminent node shutdown.",
      K.KILLED_EXTERNALLY),
+    # orchestrators that killed a worker for host memory: Ray's memory monitor (its
+    # OutOfMemoryError is host RAM, not CUDA), Kubernetes' OOMKilled and kubelet's eviction
+    (
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
+        "memory.",
+        K.HOST_OOM,
+    ),
+    ("ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor."
+     "update_weights()", None),
+    ("      Reason:       OOMKilled", K.HOST_OOM),
+    ("  Message: The node was low on resource: memory. Container trainer was using 30Gi, which "
+     "exceeds its request of 16Gi.", K.HOST_OOM),
     # quoted exception lines, weak evidence of the script's error (codertimo/KorQuAD-Question-
     # Generation#1, Akegarasu/lora-scripts#132, LgQu/DPT-T2I#5)
     (">>> TypeError: __new__() got an unexpected keyword argument 'eval_batch_size'",
@@ -205,8 +217,11 @@ BATCH_LINES = [
 
 
 @pytest.mark.parametrize(("line", "kind"), BATCH_LINES, ids=[x[0][:50] for x in BATCH_LINES])
-def test_round5_wordings(line: str, kind: FailureKind) -> None:
+def test_round5_wordings(line: str, kind: FailureKind | None) -> None:
     failure = classify_text(line + "\n", None)
+    if kind is None:  # a wrapper that names no cause: nothing ladder-moving in it
+        assert failure is None or failure.kind not in (K.CUDA_OOM, K.HOST_OOM), failure
+        return
     assert failure is not None and failure.kind is kind, failure
 
 

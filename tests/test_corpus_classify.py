@@ -78,9 +78,9 @@ def test_heldout3_accuracy_floor() -> None:
     """heldout3 (93 logs gathered under the stricter protocol while rules were being changed in
     another branch, never used to write them; 15 more from threads that tune2 also drew from were
     moved to tune2): 84.9% on the rules current when it was gathered and after the tune2 rules,
-    87.1% after the frames (round 4), 88.2% after round 5's tune3 rules; no regression below
+    87.1% after the frames (round 4), 89.2% after round 5's rules; no regression below
     that."""
-    assert _score("heldout3").accuracy >= 0.88
+    assert _score("heldout3").accuracy >= 0.89
 
 
 def test_tune3_accuracy_floor() -> None:

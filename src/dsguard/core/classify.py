@@ -333,6 +333,7 @@ _TRIGGERS: tuple[str, ...] = (
     "imminent",
     "emporarily unavailable",  # EAGAIN, see the host_oom and nccl_error rules
     "start new thread",
+    "resource: memory",  # kubelet's eviction for host memory
 )
 
 
@@ -414,7 +415,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # memory" (pytorch/pytorch#138002). Also c10::OutOfMemoryError in
             # "terminate called after throwing an instance of ...".
             r"(?:CUDA|HIP) out of memory",
-            r"OutOfMemoryError",
+            # (not Ray's: "ray.exceptions.OutOfMemoryError: Task was killed due to the node
+            # running low on memory", its memory monitor killing a worker for host RAM)
+            r"(?<!ray\.exceptions\.)(?<!\()OutOfMemoryError(?!: Task was killed due to the node)",
             # cudaMalloc outside the caching allocator (SlowFast#702), the driver API behind
             # expandable segments (unslothai/unsloth#2401), pre-1.0 THC (neural-motifs#58),
             # NCCL's "Cuda failure <code> '<cudaGetErrorString>'" format (NVIDIA/nccl#1410)
@@ -477,6 +480,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"_ArrayMemoryError|Unable to allocate [\d.]+ [KMGTP]i?B for an array",  # numpy
             # -- issue 12, round 5: TensorFlow's allocation failure on the host's allocator
             r"OOM when allocating tensor.{0,300}?/device:CPU:\d",
+            # Orchestrators that killed a worker for host memory: Ray's memory monitor
+            # (python/ray/exceptions.py OutOfMemoryError: "Task was killed due to the node
+            # running low on memory."), Kubernetes' container status ("Reason: OOMKilled", the
+            # cgroup's OOM kill) and kubelet's eviction ("The node was low on resource:
+            # memory. Container trainer was using 30Gi, which exceeds its request of 16Gi.")
+            r"killed due to the node running low on memory",
+            r"\bOOMKilled\b",
+            r"The node was low on resource: memory",
             # A thread that could not be created (EAGAIN): std::thread's std::system_error
             # ("what():  Resource temporarily unavailable"; through pybind, a bare
             # "RuntimeError: Resource temporarily unavailable", as ProcessGroupGloo's
