@@ -204,6 +204,19 @@ BATCH_LINES: list[tuple[str, FailureKind | None]] = [
     ("      Reason:       OOMKilled", K.HOST_OOM),
     ("  Message: The node was low on resource: memory. Container trainer was using 30Gi, which "
      "exceeds its request of 16Gi.", K.HOST_OOM),
+    # batch schedulers: memory enforcement (host_oom, the CANCELLED line after it is its
+    # consequence) and time/owner kills
+    (
+        "slurmstepd: error: Job 1785248 exceeded memory limit (105782124 > 104857600), being "
+        "killed\nslurmstepd: error: Exceeded job memory limit\nslurmstepd: error: *** JOB "
+        "1785248 ON pn052 CANCELLED AT 2025-12-01T22:13:00 ***",
+        K.HOST_OOM,
+    ),
+    ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\nExited with exit code "
+     "137.", K.HOST_OOM),
+    ("=>> PBS: job killed: vmem 9542811648 exceeded limit 8589934592", K.HOST_OOM),
+    ("=>> PBS: job killed: walltime 7230 exceeded limit 7200", K.KILLED_EXTERNALLY),
+    ("TERM_RUNLIMIT: job killed after reaching LSF run time limit.", K.KILLED_EXTERNALLY),
     # quoted exception lines, weak evidence of the script's error (codertimo/KorQuAD-Question-
     # Generation#1, Akegarasu/lora-scripts#132, LgQu/DPT-T2I#5)
     (">>> TypeError: __new__() got an unexpected keyword argument 'eval_batch_size'",

@@ -488,6 +488,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"killed due to the node running low on memory",
             r"\bOOMKilled\b",
             r"The node was low on resource: memory",
+            # ... and batch schedulers enforcing a job's memory request: Slurm's jobacct_gather
+            # ("slurmstepd: error: Job 8430179 exceeded memory limit (10442128 > 10240000),
+            # being killed", "Exceeded job memory limit"; the "*** JOB ... CANCELLED" line
+            # that follows is its consequence), LSF ("TERM_MEMLIMIT: job killed after reaching
+            # LSF memory usage limit."), PBS/Torque ("=>> PBS: job killed: vmem 9 exceeded
+            # limit 8")
+            r"exceeded (?:virtual )?memory limit \(\d+ > \d+\), being killed",
+            r"Exceeded (?:job|step) memory limit",
+            r"TERM_(?:MEMLIMIT|SWAP): job killed",
+            r"PBS: job killed: v?mem \d+\w* exceeded limit",
             # A thread that could not be created (EAGAIN): std::thread's std::system_error
             # ("what():  Resource temporarily unavailable"; through pybind, a bare
             # "RuntimeError: Resource temporarily unavailable", as ProcessGroupGloo's
@@ -791,6 +801,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # preempted" (kubeflow/trainer#999)
             r"\btermination is imminent\b|\bimminent node shutdown\b",
             r"systemd-logind(?:\[\d+\])?:? Power key pressed\b",
+            # batch schedulers' own kills for time or by a person: PBS/Torque ("=>> PBS: job
+            # killed: walltime 7230 exceeded limit 7200"), LSF's TERM_ reasons ("TERM_RUNLIMIT:
+            # job killed after reaching LSF run time limit.", TERM_OWNER, TERM_ADMIN,
+            # TERM_PREEMPT, ...; TERM_MEMLIMIT is host memory, above)
+            r"PBS: job killed: walltime \d+ exceeded limit",
+            r"TERM_(?:RUNLIMIT|CPULIMIT|OWNER|ADMIN|PREEMPT|FORCE_OWNER|FORCE_ADMIN"
+            r"|REQUEUE_OWNER|REQUEUE_ADMIN): job killed",
             r"\b(?:was|were|been|being|got|is|are) pre-?empted\b",
         ),
     ),
