@@ -8,7 +8,8 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``heldout4`` (a second such set, gathered the same way in a later round);
+  README); ``tune3`` (a second such set, ``heldout4`` when gathered and scored once, made a
+  tuning set in round 5: see the README);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -77,7 +78,7 @@ class Case:
     label: str  # the dsguard kind it must be classified as
     text: str
     exit_code: int | None
-    group: str  # tune / tune2 / heldout / heldout2..4 / mention / injected / wild / ...
+    group: str  # tune / tune2 / tune3 / heldout / heldout2..3 / mention / injected / wild / ...
 
 
 def corpus_cases(root: Path = CORPUS) -> list[Case]:
@@ -192,8 +193,8 @@ def false_kills(cases: Iterable[Case]) -> list[tuple[str, str]]:
 #: The sets whose misses may be printed by name: the ones the rules are tuned on. A held-out
 #: set's misses are never listed or written to the JSON results, so that nobody writes a rule
 #: from them (they are scored, not read).
-TUNING_SETS = ("tune", "tune2")
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout4")
+TUNING_SETS = ("tune", "tune2", "tune3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -205,8 +206,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "heldout": [c for c in corpus if c.group == "heldout"],
         "heldout2": [c for c in corpus if c.group == "heldout2"],
         "heldout3": [c for c in corpus if c.group == "heldout3"],
-        "heldout4": [c for c in corpus if c.group == "heldout4"],
         "tune2": [c for c in corpus if c.group == "tune2"],
+        "tune3": [c for c in corpus if c.group == "tune3"],
         "gpualert": ext,
         "gpualert-wild": [c for c in ext if c.group == "wild"],
     }

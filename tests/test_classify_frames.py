@@ -229,10 +229,13 @@ VLLM_7772 = """\
 def test_logger_prefixed_traceback_frames_are_read() -> None:
     sc = StreamClassifier()
     sc.feed(VLLM_7772)
-    assert sc._frames[None] == [
-        ("/opt/conda/lib/python3.8/site-packages/vllm/worker/worker_base.py", "execute_method"),
-        ("/opt/conda/lib/python3.8/site-packages/torch/utils/_contextlib.py", "decorate_context"),
-    ]
+    assert sc._frames[None] == [  # one traceback open, with these frames
+        [
+            ("/opt/conda/lib/python3.8/site-packages/vllm/worker/worker_base.py", "execute_method"),
+            ("/opt/conda/lib/python3.8/site-packages/torch/utils/_contextlib.py",
+             "decorate_context"),
+        ]
+    ]  # fmt: skip
     # the same prefix with another timestamp is peeled too; an exception line under it is
     # judged (here by the LMCache#1904 line: the script's error, raised in vLLM's code)
     later = VLLM_7772.splitlines()[2].replace("13:50:25", "13:50:26").split("  File")[0]

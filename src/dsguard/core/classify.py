@@ -47,6 +47,7 @@ from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
 from dsguard.core.frames import closed_frame_kind, frame_kind, in_shared_memory, parse_frame
 
 __all__ = [
+    "COMPILER_OOM",
     "Evidence",
     "ExitStatus",
     "Failure",
@@ -85,8 +86,9 @@ class FailureKind(StrEnum):
 # traceback (user_code_error); a rank the kernel OOM-killed makes its peers' NCCL calls fail.
 # killed_externally (a SIGKILL that nothing in the output explains and no OOM-kill counter
 # confirms, see classify()) sits above nccl_error for the same reason, and below the kinds
-# whose own message explains the death. host_oom outranks the build kinds
-# because a compiler killed by the OOM killer surfaces as a build failure.
+# whose own message explains the death. (A compiler that ran out of memory or that the OOM
+# killer took while building an op is a build failure by its own rule, COMPILER_OOM, ahead of
+# this order: no batch size changes what the compiler needs.)
 _PRIORITY: tuple[FailureKind, ...] = (
     FailureKind.CUDA_OOM,
     FailureKind.HOST_OOM,
@@ -118,6 +120,10 @@ _MAX_FRAME_KEYS = 64
 # Lines from a traceback's last frame header to its exception line: the source (several
 # lines in 3.11+), carets, and other ranks' lines interleaved (tune2's Megatron-LM#878: 10).
 _FRAME_REACH = 40  # tracebacks tracked at once (one per rank prefix)
+# Tracebacks of one rank key printing into the stream at once: ranks without a prefix share
+# one key, and a second rank's "Traceback (most recent call last):" can start before the first
+# one's exception line (issue 12, round 5).
+_MAX_OPEN = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +309,31 @@ _TRIGGERS: tuple[str, ...] = (
     "File ",
     ".py in ",
     "│ /",
+    # -- issue 12, round 5 (tune3): messages printed without "Error" on the line. Each shares
+    # its first character with a trigger above (cheap, see above): TensorFlow's
+    # "OOM when allocating tensor ... on .../device:GPU:0"; a NaN/inf loss logged at the end
+    # of a line ("- loss: inf"), Keras TerminateOnNaN's "Batch 3: Invalid loss, terminating
+    # training"; load_state_dict's detail pasted without its RuntimeError; Python's strerror
+    # for a missing file quoted in prose ("[Errno 2] No such file or directory: ..."); torch's
+    # warnings for a GPU its build has no kernels for; a DataLoader worker that died; a cloud
+    # VM or node taken away (preemption, an ACPI power-off, kubelet's node shutdown)
+    "allocating tensor",
+    "inf\n",
+    "inf\r",
+    "nvalid loss",
+    "key(s) in state_dict",
+    "Errno 2]",
+    "not compatible with the current PyTorch",
+    "kernels for this GPU",
+    "support this GPU",
+    "exited unexpectedly",
+    "re-empt",
+    "reempt",
+    "ower key pressed",
+    "imminent",
+    "emporarily unavailable",  # EAGAIN, see the host_oom and nccl_error rules
+    "start new thread",
+    "resource: memory",  # kubelet's eviction for host memory
 )
 
 
@@ -342,6 +373,29 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{a})" for a in alternatives))
 
 
+#: A compiler building an op that ran out of memory: its own allocation failure (gcc's xmalloc
+#: "virtual memory exhausted: Cannot allocate memory", libiberty's "cc1plus: out of memory
+#: allocating N bytes after a total of M bytes", "LLVM ERROR: out of memory", GNU make's "***
+#: virtual memory exhausted"), or the kernel's OOM killer taking it (issue 12, round 5): gcc's
+#: driver reports its child's SIGKILL as "c++: fatal error: Killed signal terminated program
+#: cc1plus" (older gcc: "g++: internal compiler error: Killed (program cc1plus)"), nvcc as
+#: "nvcc error   : 'cicc' died due to signal 9 (Kill signal)" (also 'cudafe++', 'ptxas'),
+#: clang as "clang: error: unable to execute command: Killed". A host memory limit (RLIMIT_AS,
+#: a memory cgroup) holds for every child of the training process, so DeepSpeed's and torch's
+#: JIT builds run under it, and parallel nvcc jobs exhaust a small host's RAM. One home for
+#: this fact: ``core.remedies`` reads it to give up with the advice that helps (build the op
+#: once without the limit), where the host-memory ladder would halve a batch for nothing.
+COMPILER_OOM = _rx(
+    r"virtual memory exhausted",
+    r"out of memory allocating \d+ bytes after a total of",
+    r"LLVM ERROR: out of memory",
+    r"Killed signal terminated program \S+",
+    r"internal compiler error: Killed \(program \S+\)",
+    r"nvcc error\s*: '[^']+' died due to signal 9\b",
+    r"unable to execute command: Killed",
+)
+
+
 # Sources: "repo/path" is the emitting code, "repo#N" an issue or PR whose log shows the line.
 _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     # Ahead of the priority order (issue 15): a compiler's own allocation failure. A host
@@ -349,19 +403,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     # so DeepSpeed's JIT build of an op (deepspeed_shm_comm at every CPU-accelerator start,
     # cpu_adam, ...) runs under it; its "Cannot allocate memory" is the compiler's, not the
     # training's, and no batch size or bucket changes what the compiler needs (a live P5 S1
-    # run halved the buckets 6 times for it). gcc's xmalloc failure "virtual memory
-    # exhausted: Cannot allocate memory", libiberty's "cc1plus: out of memory allocating N
-    # bytes after a total of M bytes", LLVM's "LLVM ERROR: out of memory", GNU make's
-    # "*** virtual memory exhausted". A compiler the *kernel* OOM-killed ("Killed signal
-    # terminated program cc1plus") stays host_oom (see _PRIORITY).
-    (
-        FailureKind.DS_BUILD_ERROR,
-        _rx(
-            r"virtual memory exhausted",
-            r"out of memory allocating \d+ bytes after a total of",
-            r"LLVM ERROR: out of memory",
-        ),
-    ),
+    # run halved the buckets 6 times for it). The wordings, and a compiler the kernel's OOM
+    # killer took, are COMPILER_OOM's; the rank's own SIGKILL stays a probable host OOM.
+    (FailureKind.DS_BUILD_ERROR, COMPILER_OOM),
     (
         FailureKind.CUDA_OOM,
         _rx(
@@ -371,7 +415,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # memory" (pytorch/pytorch#138002). Also c10::OutOfMemoryError in
             # "terminate called after throwing an instance of ...".
             r"(?:CUDA|HIP) out of memory",
-            r"OutOfMemoryError",
+            # (not Ray's: "ray.exceptions.OutOfMemoryError: Task was killed due to the node
+            # running low on memory", its memory monitor killing a worker for host RAM)
+            r"(?<!ray\.exceptions\.)(?<!\()OutOfMemoryError(?!: Task was killed due to the node)",
             # cudaMalloc outside the caching allocator (SlowFast#702), the driver API behind
             # expandable segments (unslothai/unsloth#2401), pre-1.0 THC (neural-motifs#58),
             # NCCL's "Cuda failure <code> '<cudaGetErrorString>'" format (NVIDIA/nccl#1410)
@@ -388,6 +434,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # fairseq trainer.py: a caught OOM it could not get past if the run then died
             r"attempting to recover from OOM",
             r"ran out of memory(?:, skipping batch| with exception)",
+            # -- issue 12, round 5: TensorFlow's ResourceExhaustedError names the device
+            # (core/framework: "OOM when allocating tensor with shape[...] and type float on
+            # /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc";
+            # salesforce/ctrl#83; device:CPU is host memory, below), and libraries that print
+            # cudaGetErrorString after their own words: CTranslate2's "CUDA failed with error
+            # out of memory", spconv/tensorview's "cuda failed with error 2 out of memory"
+            # (junjie18/CMT#15); cudaErrorMemoryAllocation is that error's enum name
+            r"OOM when allocating tensor.{0,300}?/device:GPU:\d",
+            r"(?i:\bcuda failed with error (?:\d+ )?out of memory)",
+            r"cudaErrorMemoryAllocation",
         ),
     ),
     (
@@ -422,6 +478,46 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bmemory allocation failed\b",
             r"memory allocation of \d+ bytes failed",  # Rust's alloc error (tch-rs)
             r"_ArrayMemoryError|Unable to allocate [\d.]+ [KMGTP]i?B for an array",  # numpy
+            # -- issue 12, round 5: TensorFlow's allocation failure on the host's allocator
+            r"OOM when allocating tensor.{0,300}?/device:CPU:\d",
+            # Orchestrators that killed a worker for host memory: Ray's memory monitor
+            # (python/ray/exceptions.py OutOfMemoryError: "Task was killed due to the node
+            # running low on memory."), Kubernetes' container status ("Reason: OOMKilled", the
+            # cgroup's OOM kill) and kubelet's eviction ("The node was low on resource:
+            # memory. Container trainer was using 30Gi, which exceeds its request of 16Gi.")
+            r"killed due to the node running low on memory",
+            r"\bOOMKilled\b",
+            r"The node was low on resource: memory",
+            # ... and batch schedulers enforcing a job's memory request: Slurm's jobacct_gather
+            # ("slurmstepd: error: Job 8430179 exceeded memory limit (10442128 > 10240000),
+            # being killed", "Exceeded job memory limit"; the "*** JOB ... CANCELLED" line
+            # that follows is its consequence), LSF ("TERM_MEMLIMIT: job killed after reaching
+            # LSF memory usage limit."), PBS/Torque ("=>> PBS: job killed: vmem 9 exceeded
+            # limit 8")
+            r"exceeded (?:virtual )?memory limit \(\d+ > \d+\), being killed",
+            r"Exceeded (?:job|step) memory limit",
+            r"TERM_(?:MEMLIMIT|SWAP): job killed",
+            r"PBS: job killed: v?mem \d+\w* exceeded limit",
+            # A thread that could not be created (EAGAIN): std::thread's std::system_error
+            # ("what():  Resource temporarily unavailable"; through pybind, a bare
+            # "RuntimeError: Resource temporarily unavailable", as ProcessGroupGloo's
+            # constructor raises it when it cannot start its worker threads) and Python's
+            # threading ("RuntimeError: can't start new thread"). Under a host memory limit
+            # on address space (dsguard's RLIMIT_AS fallback) every thread's stack is mapped
+            # against the limit, so a tight limit fails here first (bench/RESULTS.md, P5
+            # scenario B: gloo at start-up under 2.03 GiB); a task limit, the other cause, is
+            # lifted by dsguard's service unit (TasksMax=infinity). Only the bare message: a
+            # socket's EAGAIN names its peer (gloo's "Read error [peer]:port: Resource
+            # temporarily unavailable" is a receive that timed out, below with the
+            # communication errors) and a file lock's names its file.
+            r"(?:^(?:[\w.]*Error: )?|what\(\):\s+)Resource temporarily unavailable\s*$",
+            r"can't start new thread",
+            # torch dataloader.py _try_get_data: a worker that died without a Python exception
+            # (that one is re-raised as "Caught X in DataLoader worker process N") and without
+            # its signal being reported, most often SIGBUS on an exhausted /dev/shm (docker's
+            # 64 MB default) or the OOM killer; the remedies that help are the host-memory ones
+            # (fewer workers, a larger --shm-size) (facebookresearch/detectron2#384)
+            r"DataLoader worker \(pid\(s\) [^)]*\) exited unexpectedly",
         ),
     ),
     (
@@ -541,6 +637,38 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # deepspeed_config_file would silently override (yuvalkirstain/PickScore#2)
             r"When using .deepspeed_config_file., the following accelerate config variables "
             r"will be ignored",
+            # -- issue 12, round 5: an exception whose message sends the user to the DeepSpeed
+            # config or says ZeRO does not allow what was asked, whatever its wording:
+            # accelerate utils/dataclasses.py DeepSpeedPlugin ("Please specify the ZeRO
+            # optimization config in the DeepSpeed config.", "`--mixed_precision` arg cannot
+            # be set to `bf16` when `fp16` is set in the DeepSpeed config file.", "Please
+            # specify `x` without `auto` ... in the DeepSpeed config file"), accelerator.py
+            # ("... `train_micro_batch_size_per_gpu` in the deepspeed config file", "... in
+            # DeepSpeed config is False"), DeepSpeed config_utils.py ("Duplicate keys in
+            # DeepSpeed config"); transformers modeling_utils.py / integrations/accelerate.py
+            # ("DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with
+            # passing a `device_map`"), trainer.py ("... isn't supported yet with DeepSpeed
+            # Zero-3"), DeepSpeed runtime/config.py ("... 'sum' is not supported with ZeRO
+            # stage 3"), engine.py ("Native DeepSpeed MoE is not supported with ZeRO Stage
+            # 3"), accelerate ("MS-AMP is not supported for ZeRO Stage 3"). Only on an
+            # exception line: after its class name, or the message half (": ...") that
+            # C-level exception printing writes apart from the name, where another rank's
+            # output can split them (Chinese-LLaMA-Alpaca#465); a log line that names the
+            # config is no failure.
+            r"(?:(?:Error|Exception)\b:?|^:)\s.*?"
+            r"(?i:\b(?:in|from|to) (?:the |your )?(?:deepspeed|ds)[ _]config(?:uration)?\b"
+            r"|\b(?:deepspeed|zero)\b[\w -]{0,24}?\b(?:is|are) not (?:compatible|supported)\b"
+            r"|(?:not (?:compatible|supported)|isn't supported(?: yet)?|only supported) "
+            r"(?:with|for|in) (?:deepspeed|zero)\b)",
+            # ... and DeepSpeed runtime/config.py's own assert and message shapes, for a line
+            # pasted without its traceback (with one, the frame says it): "DeepSpeedConfig:
+            # Maximum supported ZeRO stage is 3", "bfloat16 and fp16 modes cannot be
+            # simultaneously enabled", "Either train_batch_size or
+            # train_micro_batch_size_per_gpu needs to be provided", precision_config.py's
+            # "fp16.loss_scale must be >= 0 ...", elasticity/config.py's ElasticityConfigError
+            r"(?:Error|Exception)\b:?\s.*?(?:\bDeepSpeedConfig: |bfloat16 and fp16 modes cannot be"
+            r"|\btrain_micro_batch_size_per_gpu\b|\b(?:fp16|bf16|zero_optimization)\.\w+ must\b)",
+            r"ElasticityConfigError",
         ),
     ),
     (
@@ -599,8 +727,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"]?\s*[:=]?\s*"
             r"['\"]?(?:tensor\()?[-+]?(?:nan|inf)\b)",
             # ... and in words: "loss is nan", "Loss has NaN values" (wav2letter's glog FATAL)
-            r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|turned|has|contains) [-+]?(?:nan|inf)"
-            r"\b)",
+            r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|turned|has|contains) [-+]?"
+            r"(?:nan|inf(?:inite)?)\b)",
+            # Keras callbacks.py TerminateOnNaN: prints this and stops training when the
+            # batch's loss is NaN or inf (manishsoni1908/Mobilenet-ssd-keras#21)
+            r"Batch \d+: Invalid loss, terminating training",
             r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
@@ -629,6 +760,18 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"no kernel image is available for execution on the device",
             r"Device-side assert(?:ion)?",  # ROCm's kernel assert, torch's "triggered"
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
+            # -- issue 12, round 5: torch's warnings at CUDA init for a GPU the build has no
+            # kernels for; the first kernel launch then fails with "no kernel image" (a
+            # warning, so evidence, never an attempt's end). torch/cuda/__init__.py
+            # _check_cubins ("NVIDIA RTX A6000 with CUDA capability sm_86 is not compatible
+            # with the current PyTorch installation.", jiangyzy/GOAE#16), _warn_unsupported_code
+            # (2.13: "Your installed torch==... does not include kernels for this GPU", "No
+            # published PyTorch CUDA builds for release ... support this GPU"), and 1.x's
+            # _check_capability ("PyTorch no longer supports this GPU because it is too old.")
+            r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation",
+            r"does not include kernels for this GPU",
+            r"No published PyTorch CUDA builds for release \S+ support this GPU",
+            r"PyTorch no longer supports this GPU because it is too old",
         ),
     ),
     (
@@ -650,6 +793,22 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"^Terminated\s*$",  # a shell's foreground job got SIGTERM
             r"Received SIGTERM|SIGTERM received|Received signal 15\b",
             r"^(?:\w+\.)*KeyboardInterrupt\b",  # someone pressed Ctrl-C: a stop, not a bug
+            # -- issue 12, round 5: the machine or node was taken away. A spot/preemptible VM's
+            # notice (mozilla/translations#964: "GCP Metadata Service says termination is
+            # imminent"; kubelet's graceful node shutdown: "Pod was terminated in response to
+            # imminent node shutdown."), GCE's preemption arriving as an ACPI power-off
+            # (systemd-logind "Power key pressed."), an orchestrator saying a node or job "was
+            # preempted" (kubeflow/trainer#999)
+            r"\btermination is imminent\b|\bimminent node shutdown\b",
+            r"systemd-logind(?:\[\d+\])?:? Power key pressed\b",
+            # batch schedulers' own kills for time or by a person: PBS/Torque ("=>> PBS: job
+            # killed: walltime 7230 exceeded limit 7200"), LSF's TERM_ reasons ("TERM_RUNLIMIT:
+            # job killed after reaching LSF run time limit.", TERM_OWNER, TERM_ADMIN,
+            # TERM_PREEMPT, ...; TERM_MEMLIMIT is host memory, above)
+            r"PBS: job killed: walltime \d+ exceeded limit",
+            r"TERM_(?:RUNLIMIT|CPULIMIT|OWNER|ADMIN|PREEMPT|FORCE_OWNER|FORCE_ADMIN"
+            r"|REQUEUE_OWNER|REQUEUE_ADMIN): job killed",
+            r"\b(?:was|were|been|being|got|is|are) pre-?empted\b",
         ),
     ),
     (
@@ -686,8 +845,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # gloo (the CPU backend, also used for c10d's own barriers): transport errors from
             # gloo/transport/tcp/pair.cc ("Connection closed by peer", "Read error ...:
             # Connection reset by peer") and a rendezvous that never connects
-            r"gloo/transport/tcp/pair\.cc:\d+\]",
+            r"gloo/transport/tcp/pair\.cc:\d+\](?!.*Address already in use)",
             r"Gloo connectFullMesh failed",
+            # -- issue 12, round 5: the rest of gloo's transports and their timeouts (a peer
+            # that never sent: unbound_buffer.cc "Timed out waiting 1800000ms for recv
+            # operation to complete"; pair.cc "Read error [peer]:port: Resource temporarily
+            # unavailable" is the same receive timing out on the socket's SO_RCVTIMEO, and
+            # "Connection reset by peer" a peer that died). A listen socket's "Address already
+            # in use" is a port still held, the script's (below).
+            r"gloo/transport/(?:tcp|uv|ibverbs|tcp/tls)/\w+\.cc:\d+\](?!.*Address already in use)",
+            r"Timed out waiting \d+ms for (?:recv|send) operation to complete",
             # -- issue 12, third round: the process group never formed or its store went away.
             # torch distributed_c10d.py _store_based_barrier raises RuntimeError (later
             # DistStoreError) "Timed out initializing process group in store based barrier on
@@ -722,6 +889,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the port of a previous run still held (c10d server socket, Windows WSAEADDRINUSE)
             r"server socket has failed to (?:bind|listen).*(?:Address already in use|errno: 98)",
             r"server socket has failed to listen on any local network address",
+            r"gloo/transport/\S+\.cc:\d+\] listen: Address already in use",
             r"error code: 10048",
         ),
     ),
@@ -756,7 +924,8 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # python test.py" (lower case, as zsh's signal table names SIGKILL), bash "[1]+  Killed
     # python train.py"; glued after a tqdm bar in pasted output (Baichuan2#138)
     (re.compile(r"\[\d+\][+-]?\s+(?:\d+\s+)?[Kk]illed\s+\S"), 9),
-    (re.compile(r"Killed signal terminated program"), 9),  # gcc when the OOM killer took cc1plus
+    # (not gcc's "Killed signal terminated program cc1plus": a compiler's death, not a rank's;
+    # see COMPILER_OOM)
 )
 
 
@@ -814,6 +983,17 @@ _ENDS_TRACEBACK = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s|\s*$)")
 # An exception's repr, as loggers and hydra's instantiate print a caught one:
 # TypeError("Trainer.__init__() got an unexpected keyword argument 'num_processes'")
 _EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\((?:['\"]|\))")
+# An exception line quoted rather than printed (issue 12, round 5): after a Markdown quote or
+# a REPL prompt (">>> TypeError: __new__() got an unexpected keyword argument ..."), in
+# backticks, or in parentheses, as runpy reports a failed "python -m" ("python.exe: Error while
+# finding module specification for 'accelerate.commands.launch' (ModuleNotFoundError: No
+# module named 'accelerate')"). And Python's strerror for a missing file without its class
+# name ("[Errno 2] No such file or directory: '../dataset/train.json'"). Weak evidence of the
+# script's or environment's error: anything specific in the output outranks it.
+_QUOTED_EXC = re.compile(
+    r"(?:^>[>\s]*|[`(])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
+    r"|(\[Errno 2\] No such file or directory: )"
+)
 # An exception *raised* on this line: Python's last traceback line ("torch.OutOfMemoryError:
 # CUDA out of memory ...", rank-prefixed or glued after a tqdm bar's "]") or C++'s
 # "terminate called after throwing ..." / "  what():  ...". Only such a line may end an
@@ -962,10 +1142,13 @@ class StreamClassifier:
         self._ignored_until = 0  # exception lines up to here follow "Exception ignored in"
         self._partial_fatal: int | None = None  # line_no of a partial line reported fatal
         self._build_frames = False  # the current traceback has a frame in a build module
-        # The current traceback's frames per rank prefix (None: unprefixed), outermost first,
-        # the innermost _MAX_FRAMES kept: where its exception was raised (core/frames.py).
-        self._frames: dict[int | None, list[tuple[str, str]]] = {}
+        # The open tracebacks per rank prefix (None: unprefixed), oldest first: usually one;
+        # more when ranks without a prefix print theirs into one stream at once (see
+        # _start_traceback). Each is its frames, outermost first, the innermost _MAX_FRAMES
+        # kept: where its exception was raised (core/frames.py).
+        self._frames: dict[int | None, list[list[tuple[str, str]]]] = {}
         self._frame_line: dict[int | None, int] = {}  # line_no of each rank's last frame
+        self._tb_line: dict[int | None, int] = {}  # ... of its last traceback header or frame
         # A logger's prefix before the current traceback's header ("2024-08-22 13:50:25 ERROR
         # 200507 [worker_base.py:148] Traceback ..."), as its shape (digits as 0), per rank:
         # its frames and exception line carry the same prefix, with other timestamps.
@@ -1165,7 +1348,7 @@ class StreamClassifier:
             body = self._peel_logger_prefix(rank, body)
         header = body.find(_TRACEBACK)
         if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
-            self._start_traceback(rank, body[:header])
+            self._start_traceback(rank, body[:header], line_no)
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
@@ -1218,7 +1401,6 @@ class StreamClassifier:
                 if _EXC_LINE.search(body) is not None or _ENDS_TRACEBACK.match(body) is not None:
                     # an exception line (KeyboardInterrupt too) ends its traceback
                     frames = self._pop_frames(rank, line_no)
-                    self._cut_hint.pop(rank, None)
                 if rule_kind is FailureKind.DISK_FULL and frames and in_shared_memory(frames):
                     return make(FailureKind.HOST_OOM, m)  # ENOSPC of /dev/shm: RAM, not disk
                 return make(rule_kind, m)
@@ -1237,8 +1419,8 @@ class StreamClassifier:
             # An exception's repr quoted in a message ("Error executing job: TypeError(\"
             # Trainer.__init__() got an unexpected keyword argument ...\")", hydra): the
             # script's error, when nothing more specific explains the death.
-            r = _EXC_REPR.search(body)
-            if r is not None and r.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
+            r = _EXC_REPR.search(body) or _QUOTED_EXC.search(body)
+            if r is not None and (r.group(1) or "").rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             return None
         ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1], line_no)
@@ -1252,12 +1434,13 @@ class StreamClassifier:
         """The kind of the exception ``name`` that ends the rank's traceback (None: a launcher
         wrapper, which says only that a child failed)."""
         frames = self._pop_frames(rank, line_no)
-        self._tb_prefix.pop(rank, None)
-        self._cut_hint.pop(rank, None)
+        closed = rank not in self._frames
+        if closed:
+            self._tb_prefix.pop(rank, None)
         if self._build_frames:
             # The innermost exception of a traceback through the op builder or torch's
             # extension builder (a CalledProcessError of ninja included) is a build failure.
-            self._build_frames = False
+            self._build_frames = not closed
             return FailureKind.DS_BUILD_ERROR
         if name in _EXC_NOT_USER_CODE:
             return None
@@ -1266,14 +1449,25 @@ class StreamClassifier:
         named = frame_kind(frames, name) if frames else None
         return FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
 
-    def _start_traceback(self, rank: int | None, prefix: str) -> None:
+    def _start_traceback(self, rank: int | None, prefix: str, line_no: int) -> None:
         """A traceback header: forget the rank's previous traceback (reporting it if it was
-        cut before its exception line) and remember the header's logger prefix."""
-        self._build_frames = False
-        self._frames.pop(rank, None)
-        cut = self._cut_hint.pop(rank, None)
-        if cut is not None:
-            self._pending.append(cut)
+        cut before its exception line) and remember the header's logger prefix.
+
+        Unless that traceback is still being printed (a header or frame of it within
+        _FRAME_REACH lines and no exception line yet): then this is another rank's traceback
+        interleaved with it in one stream, and both stay open, sharing the frames; the
+        first one's frames would otherwise be lost before its exception line (issue 12)."""
+        still_open = self._frames.get(rank)
+        if still_open and line_no - self._tb_line.get(rank, 0) <= _FRAME_REACH:
+            if len(still_open) < _MAX_OPEN:
+                still_open.append([])
+        else:
+            self._build_frames = False
+            cut = self._cut_hint.pop(rank, None)
+            if cut is not None:
+                self._pending.append(cut)
+            self._new_key(rank)
+        self._tb_line[rank] = line_no
         self._note_logger_prefix(rank, prefix)
 
     def _note_logger_prefix(self, rank: int | None, prefix: str) -> None:
@@ -1297,20 +1491,46 @@ class StreamClassifier:
     def _pop_frames(self, rank: int | None, line_no: int) -> list[tuple[str, str]] | None:
         """The rank's traceback frames, if its last frame is close enough above this exception
         line to be its own (a traceback whose exception line was never read must not lend its
-        frames to an unrelated error printed later)."""
-        frames = self._frames.pop(rank, None)
-        last = self._frame_line.pop(rank, 0)
-        return frames if line_no - last <= _FRAME_REACH else None
+        frames to an unrelated error printed later). The exception line ends its traceback.
+
+        With tracebacks interleaved (``_start_traceback``), the one that ends is the one with
+        the most frames, the oldest of equals: a rank prints its exception line after all its
+        frames, and ranks that fail together mostly run the same code, so the one ahead has
+        the most."""
+        open_tbs = self._frames.get(rank)
+        if not open_tbs:
+            return None
+        ended = open_tbs.pop(open_tbs.index(max(open_tbs, key=len)))
+        recent = line_no - self._frame_line.get(rank, 0) <= _FRAME_REACH
+        if not open_tbs:  # the last one open: the rank's tracebacks are all done
+            del self._frames[rank]
+            self._frame_line.pop(rank, None)
+            self._tb_line.pop(rank, None)
+            self._cut_hint.pop(rank, None)
+        return ended if ended and recent else None
+
+    def _new_key(self, rank: int | None) -> list[list[tuple[str, str]]]:
+        """One traceback open for this rank, with no frames yet."""
+        if len(self._frames) >= _MAX_FRAME_KEYS:
+            self._frames.clear()  # garbage prefixes must not grow this without bound
+            self._frame_line.clear()
+            self._tb_line.clear()
+        open_tbs: list[list[tuple[str, str]]] = [[]]
+        self._frames[rank] = open_tbs
+        return open_tbs
 
     def _note_frame(self, rank: int | None, frame: tuple[str, str], line_no: int) -> None:
+        """Add a frame to the rank's open traceback. With several open (interleaved), to the
+        one holding the fewest copies of this frame, the oldest of equals: copies of one
+        traceback get its frames in order, whatever order their lines came in (a frame that
+        repeats within one, such as a module's ``_call_impl``, counted as it repeats)."""
         self._frame_just_seen = True
         self._frame_line[rank] = line_no
-        frames = self._frames.get(rank)
-        if frames is None:
-            if len(self._frames) >= _MAX_FRAME_KEYS:
-                self._frames.clear()  # garbage prefixes must not grow this without bound
-                self._frame_line.clear()
-            frames = self._frames[rank] = []
+        self._tb_line[rank] = line_no
+        open_tbs = self._frames.get(rank) or self._new_key(rank)
+        frames = open_tbs[0]
+        if len(open_tbs) > 1:
+            frames = min(open_tbs, key=lambda tb: tb.count(frame))
         frames.append(frame)
         if len(frames) > _MAX_FRAMES:
             del frames[0]
@@ -1430,6 +1650,7 @@ _RETRY_HELPS = frozenset(
 # or the code indexes out of range (a device-side assert recurs at the same batch).
 _CUDA_DETERMINISTIC = re.compile(
     r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|[Aa]ssert"
+    r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
 )
 
 
@@ -1471,7 +1692,9 @@ def _pick_lines(lead: list[Evidence], others: list[Evidence]) -> tuple[str, ...]
     return tuple((lead_texts[:head] + other_texts + lead_texts[head:])[:_MAX_FAILURE_LINES])
 
 
-_NONFINITE_TEXT = re.compile(r"\b(?:nan|NaN|NAN|inf|Inf|INF)\b|FloatingPointError|non-?finite")
+_NONFINITE_TEXT = re.compile(
+    r"\b(?:nan|NaN|NAN|inf|Inf|INF)\b|FloatingPointError|non-?finite|Invalid loss, terminating"
+)
 
 
 def nonfinite_text(line: str) -> bool:

@@ -200,6 +200,14 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         None,
         _CHECKPOINT_EXC,
     ),
+    # runtime/state_dict_factory.py: SDLoaderFactory / SDLoaderBase / MegatronSDLoader, which
+    # only find, load, merge and split model-parallel checkpoint files (deepspeed 0.19.8)
+    (
+        "checkpoint_error",
+        re.compile(r"/deepspeed/runtime/state_dict_factory\.py$"),
+        None,
+        _CHECKPOINT_EXC,
+    ),
     (
         "checkpoint_error",
         re.compile(r"/deepspeed/runtime/checkpoint_engine/\w+\.py$"),
@@ -352,6 +360,14 @@ _CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
         "ds_config_error",
         re.compile(r"/transformers/(?:integrations/)?deepspeed\.py$"),
         re.compile(r"trainer_config_finalize|trainer_config_process|fill_match"),
+    ),
+    # (issue 12, round 5) DeepSpeed's model-parallel checkpoint loader: every assert there is
+    # about the checkpoint files found ("assert len(self.ckpt_list) > 0" when none match,
+    # world-size divisibility, missing keys; DeepSpeed PR #1322)
+    (
+        "checkpoint_error",
+        re.compile(r"/deepspeed/runtime/state_dict_factory\.py$"),
+        re.compile(r".+"),
     ),
     (
         "loss_divergence",

@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsguard.core.classify import FailureKind
+from dsguard.core.classify import COMPILER_OOM, FailureKind
 from dsguard.core.envfacts import EnvFacts, Toolkit
 from dsguard.core.records import as_builtins, from_builtins
 
@@ -480,18 +480,11 @@ def _build_advice(op: str | None) -> str:
     )
 
 
-# The compiler's own allocation failure (see core.classify's first rule): gcc, libiberty, LLVM,
-# GNU make.
-_COMPILER_OOM = re.compile(
-    r"virtual memory exhausted|out of memory allocating \d+ bytes after a total of"
-    r"|LLVM ERROR: out of memory"
-)
-
-
 def compiler_oom_line(lines: Sequence[str]) -> str | None:
-    """The line where the compiler building an op ran out of memory, or None."""
+    """The line where the compiler building an op ran out of memory (its own allocation
+    failure, or the OOM killer taking it: core.classify's COMPILER_OOM), or None."""
     for line in lines:
-        if _COMPILER_OOM.search(line) is not None:
+        if COMPILER_OOM.search(line) is not None:
             return _body(line).strip()[:200]
     return None
 
