@@ -9,6 +9,8 @@ Three sets, scored separately:
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
   README); ``heldout4`` (a second such set, gathered the same way in a later round);
+  ``heldout5`` (a third such set, gathered while ``heldout4`` was being turned into a tuning
+  set, to measure the merged rules on logs nobody had tuned on);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -77,7 +79,7 @@ class Case:
     label: str  # the dsguard kind it must be classified as
     text: str
     exit_code: int | None
-    group: str  # tune / tune2 / heldout / heldout2..4 / mention / injected / wild / ...
+    group: str  # tune / tune2 / heldout / heldout2..5 / mention / injected / wild / ...
 
 
 def corpus_cases(root: Path = CORPUS) -> list[Case]:
@@ -193,7 +195,7 @@ def false_kills(cases: Iterable[Case]) -> list[tuple[str, str]]:
 #: set's misses are never listed or written to the JSON results, so that nobody writes a rule
 #: from them (they are scored, not read).
 TUNING_SETS = ("tune", "tune2")
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout4")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout4", "heldout5")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -206,6 +208,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "heldout2": [c for c in corpus if c.group == "heldout2"],
         "heldout3": [c for c in corpus if c.group == "heldout3"],
         "heldout4": [c for c in corpus if c.group == "heldout4"],
+        "heldout5": [c for c in corpus if c.group == "heldout5"],
         "tune2": [c for c in corpus if c.group == "tune2"],
         "gpualert": ext,
         "gpualert-wild": [c for c in ext if c.group == "wild"],
