@@ -35,7 +35,17 @@ from dsguard.run.store import KnownGoodStore
 from dsguard.testing import Beat, FakeHost, Script
 from tests.conftest import write_job
 from tests.test_fit_evidence import CTX
-from tests.test_fit_loop import CPU_OOM, GIB, OOM, _facts, _named, _ok, _plan_job, _run
+from tests.test_fit_loop import (
+    CPU_OOM,
+    GIB,
+    OOM,
+    _facts,
+    _named,
+    _ok,
+    _plan_job,
+    _run,
+    run_fit_job,
+)  # fmt: skip
 from tests.test_fit_probe_in_run import A_FIRST, _attempt, _k
 
 # -- 1. the store sees the training environment -----------------------------------------------
@@ -171,23 +181,11 @@ def _run_cpu(
     tmp_path: Path, scripts: list[Script], facts: FitInputs, **job: Any
 ) -> tuple[int, list[dict[str, Any]], FakeHost]:
     """A CPU job (host limit) through the real loop on a FakeHost; (exit, events, host)."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    ds = tmp_path / "ds.json"
-    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
-    sections: dict[str, Any] = {
-        "train": {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "max_length": 512},
-        "deepspeed": {"config": str(ds)}, "fit": False, **job,
-    }  # fmt: skip
-    write_job(tmp_path, [], **sections)
-    loaded = load_job(tmp_path / "job.yaml")
-    loaded.log_dir.mkdir(parents=True, exist_ok=True)
-    assert loaded.checkpoints is not None
-    host = FakeHost(scripts, ckpt_dir=loaded.checkpoints.dir)
-    sup = Supervisor(loaded, host=host, base_env={}, notifier=Notifier({}),
-                     fit_facts=lambda _job: facts)  # fmt: skip
-    code = sup.run()
-    lines = (loaded.log_dir / "events.jsonl").read_text().splitlines()
-    return code, [json.loads(x) for x in lines], host
+    train = job.pop("train", {"micro_batch_size": 8, "gradient_accumulation_steps": 1,
+                              "max_length": 512})  # fmt: skip
+    job.setdefault("fit", False)
+    code, events, host, _ = run_fit_job(tmp_path, scripts, facts, train, **job)
+    return code, events, host
 
 
 def _cpu_facts(**kw: Any) -> FitInputs:

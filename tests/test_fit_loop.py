@@ -39,15 +39,19 @@ def _ok(**kw: Any) -> Script:
     return Script(lines=((1.0, "step 1"), (2.0, "done")), exit_at_s=2.5, **kw)
 
 
-def _run(tmp_path: Path, scripts: list[Script], facts: FitInputs | str, **job: Any):  # type: ignore[no-untyped-def]
+def run_fit_job(
+    tmp_path: Path,
+    scripts: list[Script],
+    facts: FitInputs | str,
+    train: dict[str, Any],
+    **job: Any,
+) -> tuple[int, list[dict[str, Any]], FakeHost, Any]:
+    """A ZeRO-2 job with ``train`` (``job`` sections override) through the real loop on a
+    FakeHost; (exit, events, host, the loaded job)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
-    sections: dict[str, Any] = {
-        "train": {"micro_batch_size": 16, "gradient_accumulation_steps": 1},
-        "deepspeed": {"config": str(ds)},
-        **job,
-    }
+    sections: dict[str, Any] = {"train": train, "deepspeed": {"config": str(ds)}, **job}
     write_job(tmp_path, [], **sections)
     loaded = load_job(tmp_path / "job.yaml")
     loaded.log_dir.mkdir(parents=True, exist_ok=True)
@@ -57,7 +61,13 @@ def _run(tmp_path: Path, scripts: list[Script], facts: FitInputs | str, **job: A
                      fit_facts=lambda _job: facts)  # fmt: skip
     code = sup.run()
     lines = (loaded.log_dir / "events.jsonl").read_text().splitlines()
-    return code, [json.loads(x) for x in lines], loaded
+    return code, [json.loads(x) for x in lines], host, loaded
+
+
+def _run(tmp_path: Path, scripts: list[Script], facts: FitInputs | str, **job: Any):  # type: ignore[no-untyped-def]
+    train = job.pop("train", {"micro_batch_size": 16, "gradient_accumulation_steps": 1})
+    code, events, _, loaded = run_fit_job(tmp_path, scripts, facts, train, **job)
+    return code, events, loaded
 
 
 def _facts(available: int) -> FitInputs:
