@@ -76,8 +76,7 @@ def test_deepspeed_config_messages(line: str) -> None:
         "ImportError: DeepSpeed is not installed => run `pip install deepspeed` or build it "
         "from source.",
         # a log line (no exception) that talks about ZeRO stages
-        "[INFO] [config.py:1001] zero stage 3 requires offload_param for this model size: "
-        "enabling",
+        "[INFO] [config.py:1001] zero stage 3 requires offload_param for this model size: enabling",
     ],
 )
 def test_not_config_errors(line: str) -> None:
@@ -114,8 +113,7 @@ def test_a_log_line_about_gcc_is_no_build_error() -> None:
     "line",
     [
         # instructlab: backticks with spaces inside (trl removed max_seq_length)
-        "` TypeError: SFTTrainer.__init__() got an unexpected keyword argument "
-        "'max_seq_length' `",
+        "` TypeError: SFTTrainer.__init__() got an unexpected keyword argument 'max_seq_length' `",
         # double quotes around transformers' hub OSError
         "\"OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't "
         "find it in the cached files and it looks like org/model is not the path to a "
@@ -142,7 +140,7 @@ def test_nvcc_not_found_stays_a_build_error() -> None:
 def test_quoted_oom_stays_an_oom_and_a_quote_is_weak() -> None:
     """A quoted user error never outranks a specific verdict elsewhere in the log."""
     text = (
-        '"TypeError: forward() got an unexpected keyword argument \'labels\'" was fixed; now:\n'
+        "\"TypeError: forward() got an unexpected keyword argument 'labels'\" was fixed; now:\n"
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     )
     assert kind(text) is K.CUDA_OOM
