@@ -144,3 +144,26 @@ def test_quoted_oom_stays_an_oom_and_a_quote_is_weak() -> None:
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     )
     assert kind(text) is K.CUDA_OOM
+
+
+# -- Slurm's own host-memory reports ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # slurm src/slurmd/slurmstepd (task cgroup OOM accounting), 21.08 and later spelling
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=61004969.0. Some of the step "
+        "tasks have been OOM Killed.",
+        # srun's report of the task the step's cgroup OOM killer took
+        "srun: error: kakawa-0: task 0: Out Of Memory",
+        "srun: error: gpu-07: tasks 0-3: Out Of Memory",
+    ],
+)
+def test_slurm_memory_kills_are_host_oom(line: str) -> None:
+    assert kind(line) is K.HOST_OOM
+
+
+def test_srun_task_exit_is_not_an_oom() -> None:
+    v = classify_text("srun: error: node1: task 3: Exited with exit code 1\n", exit_code=1)
+    assert v is not None and v.kind is not K.HOST_OOM

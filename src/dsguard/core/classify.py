@@ -475,6 +475,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Memory cgroup out of memory",
             r"oom-kill:",
             r"oom-kill event",  # slurmstepd "Detected 1 oom-kill event(s) in StepId=..."
+            # -- issue 12, round 6: newer Slurm's spelling of that line ("slurmstepd: error:
+            # Detected 1 oom_kill event in StepId=61004969.0. Some of the step tasks have been
+            # OOM Killed.") and srun's report of the task the step cgroup's OOM killer took
+            # ("srun: error: kakawa-0: task 0: Out Of Memory"). (srun's "task 11: Killed" is
+            # left alone: without its cgroup line it is as often a time-limit kill whose
+            # CANCELLED line was not pasted; live, dsguard reads srun's own exit status.)
+            r"oom_kill events? in StepId=",
+            r"tasks have been OOM Killed",
+            r"\btasks? [\d,\-\[\]]+: Out Of Memory\b",
             # c10 CPUAllocator before "DefaultCPUAllocator" (torch <= 1.4, pytorch#31302)
             r"posix_memalign",  # only ever printed when it failed (enforce, Paddle, tch-rs)
             r"Fail to alloc memory of \d+ size, error code is 12",  # Paddle, CPU side
