@@ -101,6 +101,29 @@ def test_compiler_driver_errors_are_build_errors(line: str) -> None:
     assert kind(line) is K.DS_BUILD_ERROR
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        # deepspeed op_builder/builder.py, cpu/builder.py; torch utils/cpp_extension.py
+        "AssertionError: CANN_HOME does not exist, unable to compile NPU op(s)",
+        "OSError: ROCM_HOME environment variable is not set. Please set it to your ROCm install "
+        "root.",
+        "FileNotFoundError: nvcc not found at '/usr/local/cuda-12.1/bin/nvcc'. Ensure CUDA path "
+        "'/usr/local/cuda-12.1' is correct.",
+        "RuntimeError: The current installed version of g++ (13.2.0) is greater than the maximum "
+        "required version by CUDA 12.1. Please make sure to use an adequate version of g++ "
+        "(>=6.0.0, <13.0).",
+        "RuntimeError: MSVC is required to load C++ extensions",
+        # deepspeed op_builder/evoformer_attn.py
+        "RuntimeError: Unable to locate CUTLASS. Install nvidia-cutlass, clone CUTLASS next to "
+        "DeepSpeed, or set CUTLASS_PATH to the CUTLASS checkout.",
+        "AssertionError: Could not detect ROCm version",
+    ],
+)
+def test_toolchain_checks_are_build_errors(line: str) -> None:
+    assert kind(line) is K.DS_BUILD_ERROR
+
+
 def test_a_log_line_about_gcc_is_no_build_error() -> None:
     v = classify_text("[INFO] using gcc: error checking disabled for speed\n", exit_code=1)
     assert v is not None and v.kind is not K.DS_BUILD_ERROR

@@ -616,6 +616,25 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?:^|\s)(?:<command-line>|cc1plus|cc1|[gc]\+\+|gcc|clang\+\+|clang|cicc|ptxas"
             r"|cudafe\+\+)(?:-\d+)?(?:\.exe)?: (?:fatal )?error: ",
             r"^fatal error: ",  # the same after "cc1plus: " was peeled as a host prefix
+            # ... and the toolchain checks before a build, pasted without the op builder's
+            # frames (every raise in deepspeed 0.19.8 op_builder/ and torch 2.13
+            # utils/cpp_extension.py was run through the classifier as a one-line paste; these
+            # are the build ones it missed): the other accelerators' homes ("CANN_HOME does
+            # not exist, unable to compile NPU op(s)", "ROCM_HOME environment variable is not
+            # set"), "nvcc not found at '/usr/local/cuda/bin/nvcc'", the host compiler outside
+            # what CUDA accepts ("The current installed version of g++ (13.2.0) is greater
+            # than the maximum required version by CUDA 12.1"), ninja or MSVC missing, DeepSpeed
+            # not finding CUTLASS for evoformer_attn, "Could not detect ROCm version"
+            r"\b(?:CUDA|ROCM|CANN|SYCL|MUSA)_HOME (?:does not exist|environment variable is not"
+            r" set)",
+            r"unable to compile \w+ op\(s\)",
+            r"\bnvcc not found at ",
+            r"installed version of \S+ \([^)]*\) is (?:less|greater) than the (?:minimum|maximum)"
+            r" required version by CUDA",
+            r"\b(?:ninja|MSVC) is required to (?:build|load)",
+            r"Unable to locate CUTLASS|CUTLASS_PATH \S+ does not contain CUTLASS headers",
+            r"Could not detect ROCm version",
+            r"Compile PreCompile Header fail",
             # torch cpp_extension.py check_compiler_ok_for_platform: subprocess.check_output(
             # ['which', compiler]) before any JIT build, when no C++ compiler is installed
             r"Command '\['which', '[^']+'\]' returned non-zero exit status",
