@@ -44,7 +44,13 @@ from enum import StrEnum
 from typing import Any
 
 from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
-from dsguard.core.frames import closed_frame_kind, frame_kind, in_shared_memory, parse_frame
+from dsguard.core.frames import (
+    closed_frame_kind,
+    frame_kind,
+    in_shared_memory,
+    parse_frame,
+    source_kind,
+)
 
 __all__ = [
     "COMPILER_OOM",
@@ -338,6 +344,19 @@ _TRIGGERS: tuple[str, ...] = (
     # quoted without its AssertionError (shares "e" with "eath signal")
     "eepspeed configs in",
     "command not found",  # bash: the launcher or a tool is not installed (shares "c")
+    '.py", line',  # a frame header pasted without its 'File ' (shares "." with ".cc:")
+    "quota exceeded",  # EDQUOT in prose (a new first character, "q": rare in logs)
+    "UBLAS_STATUS_",  # cuBLAS status names without "error" (a new first character, "U")
+    "cale: 0",  # DeepSpeed's "Attempted loss scale: 0.0, reducing to 0.0"
+    "wallclock",  # Moab/SGE wall-clock kills
+    "eleted at request",  # PBS "Job deleted at request of ..."
+    "was evicted",  # HTCondor
+    "aborted by the user",
+    "ot 'nan'",  # "grad_norm got 'nan'"
+    "of RAM",  # prose: "ran out of RAM" (see _PROSE_RULES)
+    "of system memory",
+    "of host memory",
+    "of CPU memory",
 )
 
 
@@ -538,7 +557,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
         _rx(
             r"No space left on device",  # strerror(ENOSPC), also inside safetensors IoError
             r"\[Errno 28\]",
-            r"Disk quota exceeded",
+            r"(?i:disk quota exceeded)",  # strerror(EDQUOT); also lower case in prose
             r"\[Errno 122\]",
             # torch.save's zip writer (caffe2 inline_container.cc) drops errno: a failed data
             # write or a short write is ENOSPC/quota in practice (F5-TTS#458,
@@ -546,6 +565,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"PytorchStreamWriter failed writing file",
             r"unexpected pos \d+ vs \d+",
             r"\bwrite\(\): fd \d+ failed",  # torch's file writer, older wording
+            # -- issue 12, round 6: TensorFlow maps ENOSPC and EDQUOT to RESOURCE_EXHAUSTED
+            # (tensorflow/core/platform/errors.cc ErrnoToCode), so a full disk under a
+            # checkpoint or event-file write reads "InternalError: Error writing (tmp)
+            # checkpoint file: /home/u/ckpt/model.ckpt-6.tempstate97841: Resource exhausted:
+            # ..." (mozilla/DeepSpeech); a write named on the line, not an allocation
+            r"(?i:\bwrit\w*)[^\n]{0,80}?\b(?:checkpoint|file)\b[^\n]{0,400}?\bResource exhausted\b",
         ),
     ),
     (
@@ -809,12 +834,21 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ... and in words: "loss is nan", "Loss has NaN values" (wav2letter's glog FATAL)
             r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|turned|has|contains) [-+]?"
             r"(?:nan|inf(?:inite)?)\b)",
+            # -- issue 12, round 6: the same in the words users write ("Once grad_norm got
+            # 'nan', all losses become 0", "the loss becomes NaN after epoch 3", "loss goes to
+            # inf")
+            r"(?i:\b(?:loss|grad(?:ient)?[_ ]norm)\b['\"]?\s+(?:got|gets|becomes?|turns? (?:in)?to"
+            r"|goes to|went to|was)\s+['\"]?[-+]?(?:nan|inf(?:inite)?)\b)",
             # Keras callbacks.py TerminateOnNaN: prints this and stops training when the
             # batch's loss is NaN or inf (manishsoni1908/Mobilenet-ssd-keras#21)
             r"Batch \d+: Invalid loss, terminating training",
             r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
+            # (round 6) ... or at or below 1 in any spelling: a scale that reached 0.0 (ru-gpts'
+            # "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 0.0, reducing
+            # to 0.0" on every step) has no gradient left at all
+            r"Attempted loss scale: (?:0(?:\.0+)?|1\.0+|\d(?:\.\d+)?e-\d+), reducing to",
             r"reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+)",
             r"setting loss scale to: (?:0\.000\d*|\d(?:\.\d+)?e-\d+)",
         ),
@@ -840,6 +874,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"no kernel image is available for execution on the device",
             r"Device-side assert(?:ion)?",  # ROCm's kernel assert, torch's "triggered"
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
+            # (round 6: also as Caffe's glog CHECK and CNTK print it, with no "error" on the
+            # line: "Check failed: status == CUBLAS_STATUS_SUCCESS (13 vs. 0)
+            # CUBLAS_STATUS_EXECUTION_FAILED", "CUBLAS failure 13: CUBLAS_STATUS_EXECUTION_FAILED
+            # ; GPU=1"; a trigger below)
             # -- issue 12, round 5: torch's warnings at CUDA init for a GPU the build has no
             # kernels for; the first kernel launch then fails with "no kernel image" (a
             # warning, so evidence, never an attempt's end). torch/cuda/__init__.py
@@ -889,6 +927,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"TERM_(?:RUNLIMIT|CPULIMIT|OWNER|ADMIN|PREEMPT|FORCE_OWNER|FORCE_ADMIN"
             r"|REQUEUE_OWNER|REQUEUE_ADMIN): job killed",
             r"\b(?:was|were|been|being|got|is|are) pre-?empted\b",
+            # -- issue 12, round 6: Moab/Torque and PBS job mails and logs ("MOAB_INFO:  job
+            # exceeded wallclock limit", "Job deleted at request of root@gpc-sched-ib0"), SGE/UGE
+            # ("job 123 exceeded hard wallclock time - initiate terminate method"), HTCondor's
+            # job log ("Job was evicted.", "Job was aborted by the user.")
+            r"\bjob exceeded wallclock limit\b",
+            r"\bJob deleted at request of \S+@",
+            r"\bexceeded hard wallclock time\b",
+            r"\bJob was (?:evicted|aborted by the user)\b",
         ),
     ),
     (
@@ -1102,6 +1148,24 @@ _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (FailureKind.DS_BUILD_ERROR, re.compile(r"object has no attribute 'ds_opt_adam'")),
 )
+# (issue 12, round 6) What users write when they paste no log line for a host memory death:
+# "I keep hitting a point where I run out of RAM and the process is Killed", 'I get the
+# error "killed". No error code just "killed".' The seeds' playbook reads a bare kill as a
+# probable host OOM; in prose it is weaker still, so these are weak evidence, read after every
+# rule and only where no line of the output says more. A kill the same sentence puts on a
+# time limit, a timeout, a preemption or a person is not taken.
+_PROSE_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
+    (
+        FailureKind.HOST_OOM,
+        re.compile(
+            r"(?i:\b(?:ran|run|running|runs) out of (?:RAM|host memory|system memory|CPU memory"
+            r"|main memory|physical memory)\b)"
+            r"|(?i:(?!.*(?:time ?limit|timeout|timed out|wall ?time|preempt|cancel|by (?:the )?"
+            r"(?:user|admin|scheduler|slurm)))(?:\b(?:process|job|training|program|script|it)\b"
+            r"[^.\n]{0,20}?\b(?:is|was|gets|got|get|being) killed\b|[\"“'`]killed[.!]?[\"”'`]))"
+        ),
+    ),
+)
 _IGNORED = "Exception ignored in"
 _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is noise
 # Messages their emitter indents (load_state_dict's per-parameter detail), which the echo
@@ -1245,6 +1309,9 @@ class StreamClassifier:
         # its frames and exception line carry the same prefix, with other timestamps.
         self._tb_prefix: dict[int | None, str] = {}
         self._frame_just_seen = False  # the line just classified was a frame header
+        # Per rank: the echoed source line of its latest frame (the innermost, once the
+        # exception line comes), read by _exception_after_frame (frames.source_kind)
+        self._frame_src: dict[int | None, str] = {}
         self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
         # Per rank: the first frame of the current traceback that names its kind on its own
         # (frames.closed_frame_kind), reported only if the traceback never reaches its
@@ -1419,6 +1486,8 @@ class StreamClassifier:
             if body[:1] in (" ", "\t", "~", "^", "-", ""):  # IPython marks the line "--> 12"
                 if triggered and parse_frame(body) is not None:
                     return None  # the next frame: the trigger search reads it
+                if self._frame_src.get(rank) == "" and body.strip(" \t~^"):
+                    self._frame_src[rank] = body.strip()[:200]  # the frame's source line
                 pos = stop
                 continue  # echoed source, a caret line
             if rank not in self._frames or _BARE_EXC.match(body) is None:
@@ -1501,6 +1570,9 @@ class StreamClassifier:
                 if sig == int(signal.SIGKILL):
                     return make(FailureKind.KILLED_EXTERNALLY, m, sigkill=True)
                 break
+        for kind, rule in _PROSE_RULES:
+            if (m := rule.search(body)) is not None and _EXC_LINE.search(body) is None:
+                return make(kind, m, weak=True)
         # Any other exception line is the script's own error, traceback header seen or not
         # (pasted and saved logs often lose it); launcher wrappers excluded.
         m = _EXC_LINE.search(body)
@@ -1538,6 +1610,9 @@ class StreamClassifier:
         # A generic exception raised inside a framework's config, checkpoint-loading or c10d
         # code is that kind of failure; raised anywhere else it is the script's own.
         named = frame_kind(frames, name) if frames else None
+        if named is None and frames:
+            # raised on the script's own line that loads a checkpoint (round 6)
+            named = source_kind(self._frame_src.get(rank, ""), name)
         return FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
 
     def _start_traceback(self, rank: int | None, prefix: str, line_no: int) -> None:
@@ -1616,6 +1691,9 @@ class StreamClassifier:
         traceback get its frames in order, whatever order their lines came in (a frame that
         repeats within one, such as a module's ``_call_impl``, counted as it repeats)."""
         self._frame_just_seen = True
+        if len(self._frame_src) >= _MAX_FRAME_KEYS:
+            self._frame_src.clear()
+        self._frame_src[rank] = ""  # its source line, if one follows
         self._frame_line[rank] = line_no
         self._tb_line[rank] = line_no
         open_tbs = self._frames.get(rank) or self._new_key(rank)
@@ -1703,8 +1781,13 @@ def _present_kinds(
         if kind in _RANK_OF and any(not ev.weak and not ev.sigkill for ev in evs)
     }
     if not strong - {FailureKind.USER_CODE_ERROR, FailureKind.KILLED_EXTERNALLY}:
-        # Noise explains the death only when nothing specific does.
-        strong |= {k for k, evs in by_kind.items() if any(ev.weak for ev in evs)}
+        # Noise explains the death only when nothing specific does. A weak OOM (only prose
+        # says so: _PROSE_RULES) not even over the script's own exception: no user error is
+        # ever taken for an OOM.
+        weak = {k for k, evs in by_kind.items() if any(ev.weak for ev in evs)}
+        if FailureKind.USER_CODE_ERROR in strong:
+            weak -= _FATAL_KINDS
+        strong |= weak
     sigkill = exit.killed or any(ev.sigkill for evs in by_kind.values() for ev in evs)
     external = FailureKind.KILLED_EXTERNALLY in strong  # named in the output
     if host_oom_confirmed and (sigkill or external):

@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["BUILD_FRAME", "closed_frame_kind", "frame_kind", "in_shared_memory", "parse_frame"]
+__all__ = [
+    "BUILD_FRAME",
+    "closed_frame_kind",
+    "frame_kind",
+    "in_shared_memory",
+    "parse_frame",
+    "source_kind",
+]
 
 # A traceback frame inside DeepSpeed's op builder or torch's C++/CUDA extension builder, in
 # Python's ('File ".../op_builder/builder.py", line 9') or IPython's (".../cpp_extension.py in
@@ -27,6 +34,15 @@ BUILD_FRAME = re.compile(
 # ..."), and rich's box form ("│ /x/dataloader.py:1024 in _try_get_data │"). Paths are kept
 # as printed; Windows separators are normalised before the table below is consulted.
 _PLAIN = re.compile(r"\s*File \"([^\"\n]+)\", line \d+, in ([^\s,]+)")
+# (issue 12, round 6) The same header as pastes damage it: selected without its leading
+# 'File ' ('"python3.10/site-packages/deepspeed/runtime/state_dict_factory.py", line 168, in
+# check_ckpt_list'), or wrapped by a terminal or an issue form inside "line N, in f" ('File
+# ".../c10d_rendezvous_backend.py", line 11' + '9, in _call_store'). Only a .py path, and only
+# up to the line's end: the function is kept if it is whole on the line, else left empty, which
+# only path-wide rows match.
+_PLAIN_CUT = re.compile(
+    r"\s*(?:File )?\"([^\"\n]+\.pyw?)\", line(?: \d*(?:,(?: i(?:n(?: ([^\s,]*))?)?)?)?)?\s*$"
+)
 # (rich wraps " in <func>" onto the next line when the path is long: the path alone is kept,
 # with no function, which only path-wide rows of the table below can match)
 _RICH = re.compile(r"\s*│\s*(\S+\.pyw?):\d+(?: in ([\w<>.]+))?")
@@ -249,6 +265,40 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"load_peft_weights|set_peft_model_state_dict|torch_load"),
         _CHECKPOINT_EXC,
     ),
+    # (issue 12, round 6) Optimizer and scheduler state restored from a checkpoint: torch
+    # optim/optimizer.py Optimizer.load_state_dict ("loaded state dict contains a parameter
+    # group that doesn't match the size of optimizer's group"; a KeyError or TypeError when
+    # the saved state lacks "param_groups" or is None) and each optimizer's __setstate__
+    # (optim/adamw.py: KeyError 'step' for a state saved by another torch), lr_scheduler.py
+    # load_state_dict; Lightning's checkpoint connector (trainer/connectors/
+    # checkpoint_connector.py: resume_start, restore*, _restore_modules_and_callbacks) and its
+    # strategies' load_optimizer_state_dict / load_checkpoint
+    (
+        "checkpoint_error",
+        re.compile(r"/torch/optim/(?:optimizer|lr_scheduler)\.py$"),
+        re.compile(r"load_state_dict|_process_value_according_to_param_policy|__setstate__"),
+        _CHECKPOINT_EXC | {"TypeError", "IndexError"},
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/torch/optim/\w+\.py$"),
+        re.compile(r"__setstate__"),
+        _CHECKPOINT_EXC | {"TypeError", "IndexError"},
+    ),
+    (
+        "checkpoint_error",
+        re.compile(
+            r"/(?:pytorch_)?lightning/(?:pytorch/)?trainer/connectors/checkpoint_connector\.py$"
+        ),
+        None,
+        _CHECKPOINT_EXC | {"TypeError", "IndexError"},
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/(?:pytorch_)?lightning/(?:pytorch/)?strategies/\w+\.py$"),
+        re.compile(r"load_optimizer_state_dict|load_checkpoint|load_model_state_dict"),
+        _CHECKPOINT_EXC | {"TypeError", "IndexError"},
+    ),
     # c10d: a collective, barrier or process-group setup that failed in the backend (not the
     # argument checks: _check_single_tensor, _get_default_group and friends raise for the
     # caller's mistakes), the rendezvous stores, torchelastic's rendezvous, DeepSpeed's comm
@@ -303,7 +353,7 @@ _SHM_FRAME = re.compile(
 
 def parse_frame(body: str) -> tuple[str, str] | None:
     """(path, function) of a traceback frame header line, or None for any other line."""
-    m = _PLAIN.match(body) or _RICH.match(body)
+    m = _PLAIN.match(body) or _PLAIN_CUT.match(body) or _RICH.match(body)
     if m is not None:
         path, func = m.group(1), m.group(2) or ""
     else:
@@ -369,6 +419,15 @@ _CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
         re.compile(r"/deepspeed/runtime/state_dict_factory\.py$"),
         re.compile(r".+"),
     ),
+    # (issue 12, round 6) torch elastic's rendezvous (dynamic_rendezvous.py, the c10d and
+    # etcd backends, utils.py): a traceback cut inside it is the rendezvous failing to reach
+    # its store or its peers (RendezvousConnectionError, RendezvousTimeoutError,
+    # RendezvousClosedError: "The connection to the C10d store has failed")
+    (
+        "nccl_error",
+        re.compile(r"/torch/distributed/elastic/rendezvous/\w+\.py$"),
+        re.compile(r".*"),
+    ),
     (
         "loss_divergence",
         re.compile(r"/deepspeed/runtime/(?:zero/stage3|zero/stage_1_and_2|fp16/\w+)\.py$"),
@@ -397,4 +456,31 @@ def closed_frame_kind(frame: tuple[str, str]) -> str | None:
     for kind, path_rx, func_rx in _CLOSED:
         if path_rx.search(path) is not None and func_rx.fullmatch(func) is not None:
             return kind
+    return None
+
+
+# (issue 12, round 6) A generic exception raised on a line of the script's own code that
+# restores a checkpoint: "optimizer.load_state_dict(ckpt['optimizer'])" -> KeyError:
+# 'optimizer' (weights and optimizer state saved in separate files), "model.load_state_dict(
+# torch.load(path)['model'])" -> TypeError: 'NoneType' object is not subscriptable (a
+# checkpoint stripped of its state), TensorFlow's "saver.restore(sess, path)". The framework's
+# own loaders are in _FRAME_TABLE; this is the script's call site, where the checkpoint's
+# content did not match what the script expects. Not AttributeError or NameError: those are
+# bugs in the line itself.
+_LOAD_CALL = re.compile(
+    r"\b(?:torch\.load|load_state_dict|load_checkpoint|load_from_checkpoint"
+    r"|resume_from_checkpoint|load_optimizer_state_dict|safetensors\.torch\.load_file"
+    r"|\w*[Ss]aver\.restore|checkpoint\.restore)\s*\("
+)
+_LOAD_EXC = frozenset(
+    {"KeyError", "TypeError", "IndexError", "ValueError", "RuntimeError", "EOFError",
+     "UnpicklingError", "AssertionError"}
+)  # fmt: skip
+
+
+def source_kind(source: str, exc: str) -> str | None:
+    """checkpoint_error when ``exc`` (a generic class) was raised on a source line that loads
+    a checkpoint (``_LOAD_CALL``), else None."""
+    if exc in _LOAD_EXC and _LOAD_CALL.search(source) is not None:
+        return "checkpoint_error"
     return None
