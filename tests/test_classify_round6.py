@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsguard.core.classify import FailureKind, classify_text
+from dsguard.core.classify import FailureKind, StreamClassifier, classify_text
 
 K = FailureKind
 
@@ -348,3 +348,55 @@ def test_prose_about_ram_never_outranks_the_scripts_exception() -> None:
     error is ever taken for an OOM."""
     text = "Earlier I ran out of RAM, so I lowered the batch; now:\nKeyError: 'labels'\n"
     assert kind(text) is K.USER_CODE_ERROR
+
+
+# -- TensorFlow 1.x OOMs whose device is on the next line -------------------------------------
+
+TF1_GPU = (
+    "W tensorflow/core/common_runtime/executor.cc:1076] 0x18ef02bb0 Compute status: Resource "
+    "exhausted: OOM when allocating tensor with shape\n"
+    '\t [[Node: sub_2518 = Sub[T=DT_FLOAT, _device="/job:localhost/replica:0/task:0/gpu:0"]'
+    "(sub_2518/x, Variable_1955/read)]]\n"
+    "Traceback (most recent call last):\n"
+    '  File "dnn.py", line 398, in <module>\n'
+    "    fited = model.fit(Xtrain, ytrain)\n"
+)
+TF1_BFC = (
+    "2018-05-10 09:14:16.535628: W tensorflow/core/framework/op_kernel.cc:1192] Resource "
+    "exhausted: OOM when allocating tensor with shape[123008,500]\n"
+    "2018-05-10 09:14:16.536752: W tensorflow/core/common_runtime/bfc_allocator.cc:217] "
+    "Allocator (GPU_0_bfc) ran out of memory trying to allocate 84.60MiB.\n"
+)
+TF1_CPU = (
+    "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with "
+    "shape[64,1024,1024]\n"
+    '\t [[Node: conv1/Conv2D = Conv2D[T=DT_FLOAT, _device="/job:localhost/replica:0/task:0/'
+    'cpu:0"](input, conv1/weights/read)]]\n'
+)
+
+
+@pytest.mark.parametrize(("text", "want"), [(TF1_GPU, K.CUDA_OOM), (TF1_BFC, K.CUDA_OOM),
+                                             (TF1_CPU, K.HOST_OOM)])  # fmt: skip
+def test_tensorflow_oom_takes_the_device_from_the_lines_below(text: str, want: FailureKind) -> None:
+    assert kind(text) is want
+
+
+def test_tensorflow_oom_without_any_device_is_not_guessed() -> None:
+    text = "Resource exhausted: OOM when allocating tensor with shape[8,512]\nstep 3 done\n"
+    v = classify_text(text, exit_code=1)
+    assert v is not None and v.kind not in (K.CUDA_OOM, K.HOST_OOM)
+
+
+@pytest.mark.parametrize("text", [TF1_GPU, TF1_BFC, TF1_CPU])
+def test_tensorflow_oom_device_is_found_whatever_the_chunking(text: str) -> None:
+    def run(chunks: list[str]) -> list[tuple[FailureKind, int]]:
+        sc = StreamClassifier()
+        for c in chunks:
+            sc.feed(c)
+        sc.close()
+        return [(ev.kind, ev.line_no) for ev in sc.evidence]
+
+    whole = run([text])
+    assert whole and whole[0][1] == 1  # the OOM line's own number
+    assert run(list(text)) == whole
+    assert run(text.splitlines(keepends=True)) == whole

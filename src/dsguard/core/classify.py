@@ -1166,6 +1166,15 @@ _PROSE_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
         ),
     ),
 )
+# (issue 12, round 6) TensorFlow's OOM when its line names no device (TensorFlow 1.x:
+# "Resource exhausted: OOM when allocating tensor with shape[256,112,112,64]", with the op's
+# placement on the next line); the device-named forms are rules above
+_TF_OOM = re.compile(r"OOM when allocating tensor(?!.{0,300}?/device:(?:GPU|CPU):\d)")
+_TF_DEVICE = re.compile(
+    r"(?:_device=\"[^\"]*/(?:device:)?(?:(GPU|gpu)|CPU|cpu):\d|Allocator \((?:(GPU)_\d+_bfc"
+    r"|cpu)\)|\b(?:(GPU)_\d+_bfc|cpu_allocator)\b)"
+)
+_TF_DEVICE_LINES = 3
 _IGNORED = "Exception ignored in"
 _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is noise
 # Messages their emitter indents (load_state_dict's per-parameter detail), which the echo
@@ -1312,6 +1321,9 @@ class StreamClassifier:
         # Per rank: the echoed source line of its latest frame (the innermost, once the
         # exception line comes), read by _exception_after_frame (frames.source_kind)
         self._frame_src: dict[int | None, str] = {}
+        # A TensorFlow OOM line that names no device, waiting for the lines after it
+        # (_tf_oom_device): (rank, line, line_no)
+        self._tf_oom: tuple[int | None, str, int, int] | None = None  # ..., lines left
         self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
         # Per rank: the first frame of the current traceback that names its kind on its own
         # (frames.closed_frame_kind), reported only if the traceback never reaches its
@@ -1433,6 +1445,11 @@ class StreamClassifier:
             buf = _ANSI.sub("", buf[:end])
             end = len(buf)
         found: list[Evidence] = []
+        if self._tf_oom is not None:  # a TensorFlow OOM line ended the previous chunk
+            ev = self._tf_oom_device(buf, 0, end)
+            if ev is not None:
+                found.append(ev)
+                self._keep(ev)
         counted_to = 0  # line_no bookkeeping: terminators already counted in buf[:counted_to]
         line_no = self._lines + 1
         hit = _TRIGGER_RX.search(buf, 0, end)
@@ -1447,6 +1464,12 @@ class StreamClassifier:
             if ev is not None:
                 found.append(ev)
                 self._keep(ev)
+            if self._tf_oom is not None and line_end < end:
+                nxt = line_end + (2 if buf.startswith("\r\n", line_end) else 1)
+                ev = self._tf_oom_device(buf, nxt, end)
+                if ev is not None:
+                    found.append(ev)
+                    self._keep(ev)
             if self._frame_just_seen:
                 self._frame_just_seen = False
                 ev = self._exception_after_frame(buf, line_end, end, line_no)
@@ -1463,6 +1486,37 @@ class StreamClassifier:
         for ev in pending:
             self._keep(ev)
         return pending
+
+    def _tf_oom_device(self, buf: str, pos: int, end: int) -> Evidence | None:
+        """The device of a TensorFlow OOM line that names none, from the few lines after it:
+        TensorFlow 1.x prints the failed op's placement on the next line ("[[Node: sub_2518 =
+        Sub[T=DT_FLOAT, _device="/job:localhost/replica:0/task:0/gpu:0"](...)]]") or its
+        allocator's report ("Allocator (GPU_0_bfc) ran out of memory trying to allocate
+        84.60MiB"). A GPU's is cuda_oom, the host's (cpu:0, cpu_allocator) host_oom; none within
+        _TF_DEVICE_LINES lines (or before the log ends) names nothing: the device is not
+        guessed. ``pos`` is the start of the first line to read; a chunk that ends first leaves
+        the rest to the next one (the same evidence whatever the chunking). The lines are only
+        read here; they are classified as usual."""
+        assert self._tf_oom is not None
+        rank, line, line_no, left = self._tf_oom
+        self._tf_oom = None
+        while left > 0:
+            if pos >= end:  # the chunk ends here: the next one goes on reading (same result
+                self._tf_oom = (rank, line, line_no, left)  # whatever the chunking)
+                return None
+            left -= 1
+            eol = _EOL.search(buf, pos, end)
+            stop = eol.start() if eol is not None else end
+            m = _TF_DEVICE.search(buf, pos, stop)
+            if m is not None:
+                gpu = any(g is not None for g in m.groups())  # a GPU named in any branch
+                kind = FailureKind.CUDA_OOM if gpu else FailureKind.HOST_OOM
+                _, body = _split_prefix(line)
+                return _make_evidence(
+                    kind, rank, body=body, line=line, line_no=line_no, match_end=len(line)
+                )
+            pos = stop + (2 if buf.startswith("\r\n", stop) else 1)
+        return None
 
     def _exception_after_frame(self, buf: str, pos: int, end: int, line_no: int) -> Evidence | None:
         """The exception line that ends a traceback, when its class name has no trigger in it
@@ -1564,6 +1618,9 @@ class StreamClassifier:
                 if rule_kind is FailureKind.DISK_FULL and frames and in_shared_memory(frames):
                     return make(FailureKind.HOST_OOM, m)  # ENOSPC of /dev/shm: RAM, not disk
                 return make(rule_kind, m)
+        if _TF_OOM.search(body) is not None:
+            self._tf_oom = (rank, line, line_no, _TF_DEVICE_LINES)  # device: a line below
+            return None
         for rx, fixed in _SIGNAL_DEATH:
             if (m := rx.search(body)) is not None:
                 sig = fixed if fixed is not None else int(m.group(1))
