@@ -400,3 +400,95 @@ def test_tensorflow_oom_device_is_found_whatever_the_chunking(text: str) -> None
     assert whole and whole[0][1] == 1  # the OOM line's own number
     assert run(list(text)) == whole
     assert run(text.splitlines(keepends=True)) == whole
+
+
+# -- other frameworks' and tools' memory, restore, divergence and scheduler lines -------------
+
+FRAMEWORK_LINES = [
+    # XLA (JAX, TF-XLA), TPU
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 33762398024 bytes.", K.CUDA_OOM),
+    (
+        "Resource exhausted: Failed to allocate request for 1.00GiB (1073741824B) on device "
+        "ordinal 0",
+        K.CUDA_OOM,
+    ),
+    # torch's MPS allocator, MXNet's pooled storage manager, Caffe's glog CHECK, darknet, Numba
+    (
+        "RuntimeError: MPS backend out of memory (MPS allocated: 7.64 GiB, other allocations: "
+        "68.91 GiB, max allowed: 88.13 GiB). Tried to allocate 33.92 GiB",
+        K.CUDA_OOM,
+    ),
+    (
+        "[12:00:00] src/storage/./pooled_storage_manager.h:143: cudaMalloc retry failed: out of "
+        "memory",
+        K.CUDA_OOM,
+    ),
+    ("F0101 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+     K.CUDA_OOM),
+    ("CUDA Error: out of memory", K.CUDA_OOM),
+    (
+        "numba.cuda.cudadrv.driver.CudaAPIError: [2] Call to cuMemAlloc results in "
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        K.CUDA_OOM,
+    ),
+    # the kernel, systemd-oomd, earlyoom, jemalloc, HTCondor, SGE, docker
+    ("[ 1234.5] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0",
+     K.HOST_OOM),
+    ("[ 1234.9] oom_reaper: reaped process 4242 (python), now anon-rss:0kB", K.HOST_OOM),
+    (
+        "systemd-oomd[612]: Killed /user.slice/user-1000.slice/session-2.scope due to memory "
+        "pressure for /user.slice/user-1000.slice being 75.23% > 50.00% for > 20s",
+        K.HOST_OOM,
+    ),
+    ("earlyoom[801]: low memory! at or below SIGTERM limit: mem  4.99%, swap  9.98%", K.HOST_OOM),
+    ("<jemalloc>: Error in malloc(): out of memory. Requested: 1048576", K.HOST_OOM),
+    ("Job has gone over memory limit of 2048 megabytes. Peak usage: 2300 megabytes.", K.HOST_OOM),
+    (
+        'job 42 exceeds job hard limit "h_vmem" of queue "all.q@n1" (4.1G > limit:4G) - '
+        "sending SIGKILL",
+        K.HOST_OOM,
+    ),
+    ("trainer-0 exited with code 137", K.HOST_OOM),
+    # Lightning, TensorFlow, torch's zip reader, h5py
+    (
+        "KeyError: 'Trying to restore optimizer state but checkpoint contains only the model. "
+        "This is probably due to `ModelCheckpoint.save_weights_only` being set to `True`.'",
+        K.CHECKPOINT_ERROR,
+    ),
+    (
+        "tensorflow.python.framework.errors_impl.NotFoundError: Unsuccessful "
+        "TensorSliceReader constructor: Failed to find any matching files for ./ckpt/model",
+        K.CHECKPOINT_ERROR,
+    ),
+    ("NotFoundError: Key conv1/kernel not found in checkpoint", K.CHECKPOINT_ERROR),
+    ("RuntimeError: [enforce fail at inline_container.cc:222] . file not found: archive/data.pkl",
+     K.CHECKPOINT_ERROR),
+    ("OSError: Unable to open file (truncated file: eof = 123, sblock->base_addr = 0)",
+     K.CHECKPOINT_ERROR),
+    # Lightning EarlyStopping, node's ENOSPC, AWS spot, c10d's TCPStore (torch < 2.3)
+    (
+        "Monitored metric val_loss = nan is not finite. Previous best value was inf. Signaling "
+        "Trainer to stop.",
+        K.LOSS_DIVERGENCE,
+    ),
+    ("Error: ENOSPC: no space left on device, write", K.DISK_FULL),
+    ("Spot instance interruption notice received", K.KILLED_EXTERNALLY),
+    ("RuntimeError: Timed out after 1801 seconds waiting for clients. 1/2 clients joined.",
+     K.NCCL_ERROR),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "want"), FRAMEWORK_LINES)
+def test_framework_lines(line: str, want: FailureKind) -> None:
+    assert kind(line) is want
+
+
+def test_tensorflows_startup_allocation_retry_is_no_oom() -> None:
+    """TensorFlow grabs its memory fraction at start-up and retries with less: the line is
+    printed by runs that then train normally."""
+    line = (
+        "E tensorflow/stream_executor/cuda/cuda_driver.cc:1002] failed to allocate 3.80G "
+        "(4078829568 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY"
+    )
+    v = classify_text(line + "\n", exit_code=1)
+    assert v is not None and v.kind is not K.CUDA_OOM

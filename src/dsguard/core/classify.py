@@ -357,6 +357,25 @@ _TRIGGERS: tuple[str, ...] = (
     "of system memory",
     "of host memory",
     "of CPU memory",
+    "o space left",  # ENOSPC in lower case
+    # device and host OOM reporters of other frameworks and tools (a line with "out of memory"
+    # already has the "of memory" trigger)
+    "invoked oom-killer",
+    "oom_reaper",
+    "oomd",  # systemd-oomd
+    "earlyoom",
+    "exited with code 137",
+    "exit code: 137",
+    "UDA_ERROR_OUT_OF_MEMORY",
+    "on device ordinal",
+    "over memory limit",
+    "exceeds job hard",
+    "Unsuccessful TensorSliceReader",
+    "runcated file",
+    "onitored metric",
+    "nstance interruption",
+    "nstance termination",
+    "waiting for clients",
 )
 
 
@@ -467,6 +486,29 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"OOM when allocating tensor.{0,300}?/device:GPU:\d",
             r"(?i:\bcuda failed with error (?:\d+ )?out of memory)",
             r"cudaErrorMemoryAllocation",
+            # -- issue 12, round 6: device-memory exhaustion in the other frameworks and
+            # runtimes users train with. XLA (JAX, TF-XLA): "RESOURCE_EXHAUSTED: Out of memory
+            # while trying to allocate 33762398024 bytes.", "Resource exhausted: Failed to
+            # allocate request for 1.00GiB (1073741824B) on device ordinal 0", TPU's "Ran out of
+            # memory in memory space hbm"; torch's other device allocators ("MPS backend out of
+            # memory (MPS allocated: ...)", "XPU out of memory", Ascend's "NPU out of memory");
+            # MXNet's "cudaMalloc retry failed: out of memory", Caffe's glog CHECK "Check failed:
+            # error == cudaSuccess (2 vs. 0)  out of memory", darknet's "CUDA Error: out of
+            # memory", ROCm's hipErrorOutOfMemory, ONNX Runtime's "CUDA failure 2: out of
+            # memory"; the driver API's CUDA_ERROR_OUT_OF_MEMORY as Numba raises it ("Call to
+            # cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY"), but not TensorFlow's start-up
+            # "failed to allocate 3.80G (...) from device: CUDA_ERROR_OUT_OF_MEMORY", a retry
+            # with less that usually goes on
+            r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
+            r"Failed to allocate request for \S+ \(\d+B\) on device ordinal \d",
+            r"Ran out of memory in memory space hbm",
+            r"\b(?:MPS backend|XPU|NPU) out of memory",
+            r"cudaMalloc(?: retry)? failed: out of memory",
+            r"cudaSuccess \(2 vs\. 0\)\s+out of memory",
+            r"\bCUDA Error: out of memory",
+            r"hipErrorOutOfMemory",
+            r"\bCUDA failure 2: out of memory",
+            r"(?<!from device: )CUDA_ERROR_OUT_OF_MEMORY",
         ),
     ),
     (
@@ -550,12 +592,29 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # 64 MB default) or the OOM killer; the remedies that help are the host-memory ones
             # (fewer workers, a larger --shm-size) (facebookresearch/detectron2#384)
             r"DataLoader worker \(pid\(s\) [^)]*\) exited unexpectedly",
+            # -- issue 12, round 6: the rest of the host's OOM reporters. The kernel's other
+            # lines (mm/oom_kill.c: "python invoked oom-killer: gfp_mask=...", "oom_reaper:
+            # reaped process 4242 (python)"), systemd-oomd ("Killed /user.slice/...scope due to
+            # memory pressure for /user.slice ..." / "... due to memory used ..."), earlyoom
+            # ("low memory! at or below SIGTERM limit: mem 4.99%", "sending SIGKILL to process
+            # 4242 uid 1000 \"python\""), jemalloc's "<jemalloc>: Error in malloc(): out of
+            # memory", HTCondor's "Job has gone over memory limit of 2048 megabytes.", SGE's
+            # h_vmem/mem_free enforcement ("exceeds job hard limit \"h_vmem\""), and a
+            # container's or IDE's exit status 137 in other wordings ("exited with code 137",
+            # "exit code: 137")
+            r"invoked oom-killer",
+            r"oom_reaper: reaped process",
+            r"systemd-oomd\S*:? Killed \S+ due to memory (?:pressure|used)",
+            r"\bearlyoom\b.*?(?:low memory!|sending SIG(?:TERM|KILL) to process)",
+            r"<jemalloc>: Error in malloc\(\): out of memory",
+            r"Job has gone over memory limit of",
+            r"exceeds job hard limit \"h_vmem\"",
         ),
     ),
     (
         FailureKind.DISK_FULL,
         _rx(
-            r"No space left on device",  # strerror(ENOSPC), also inside safetensors IoError
+            r"(?i:no space left on device)",  # strerror(ENOSPC); node/npm print "ENOSPC: no space"
             r"\[Errno 28\]",
             r"(?i:disk quota exceeded)",  # strerror(EDQUOT); also lower case in prose
             r"\[Errno 122\]",
@@ -802,6 +861,19 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"EOFError: Ran out of input",  # torch.load / pickle on an empty file
             r"failed finding central directory",  # torch.load on a truncated zip
             r"No such file or directory: '[^']*(?:global_step|_states\.pt|checkpoint-\d)",
+            # -- issue 12, round 6: other frameworks' restore failures. Lightning's checkpoint
+            # connector ("Trying to restore optimizer state but checkpoint contains only the
+            # model. This is probably due to `ModelCheckpoint.save_weights_only` ..."),
+            # TensorFlow's checkpoint reader ("Unsuccessful TensorSliceReader constructor:
+            # Failed to find any matching files for ...", "Key conv1/kernel not found in
+            # checkpoint"), torch's zip reader missing a record ("[enforce fail at
+            # inline_container.cc:222] . file not found: archive/data.pkl"), h5py on a
+            # truncated Keras weights file ("Unable to open file (truncated file: eof = ...")
+            r"Trying to restore \w+ state but checkpoint contains only the model",
+            r"Unsuccessful TensorSliceReader constructor",
+            r"\bKey \S+ not found in checkpoint\b",
+            r"inline_container\.cc:\d+\] \. file not found: ",
+            r"Unable to (?:synchronously )?open file \(truncated file: eof = \d+",
         ),
     ),
     (
@@ -851,6 +923,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Attempted loss scale: (?:0(?:\.0+)?|1\.0+|\d(?:\.\d+)?e-\d+), reducing to",
             r"reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+)",
             r"setting loss scale to: (?:0\.000\d*|\d(?:\.\d+)?e-\d+)",
+            # (round 6) Lightning's EarlyStopping when the monitored loss is no longer finite
+            # ("Monitored metric val_loss = nan is not finite. Previous best value was inf.
+            # Signaling Trainer to stop.")
+            r"Monitored metric \S+ = (?:nan|-?inf) is not finite",
         ),
     ),
     (
@@ -935,6 +1011,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bJob deleted at request of \S+@",
             r"\bexceeded hard wallclock time\b",
             r"\bJob was (?:evicted|aborted by the user)\b",
+            r"\bSpot [Ii]nstance (?:interruption|termination) notice\b",  # AWS
         ),
     ),
     (
@@ -994,6 +1071,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Timed out initializing process group in store based ?barrier",
             r"client socket has timed out after \S+ while trying to connect to",
             r"(?:Error|Exception): Socket Timeout\b",
+            # (round 6) c10d's TCPStore wait in torch < 2.3, raised as a RuntimeError: "Timed
+            # out after 1801 seconds waiting for clients. 1/2 clients joined."
+            r"Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined",
             r"retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
             # NCCL net_ib.cc: an InfiniBand work completion with an error status (12: transport
             # retry counter exceeded), also as vendor plugins reprint it ("NET/IBP:")
@@ -1048,6 +1128,7 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"exited on signal (\d+)"), None),
     (re.compile(r"=\s+EXIT CODE: (\d+)\b"), None),  # MPICH prints the signal number
     (re.compile(r"(?:exit code|exit status|returned non-zero exit status) 137\b"), 9),
+    (re.compile(r"(?:exited with code|exit code:)\s*137\b"), 9),  # docker, kubectl
     # alone on its line, or glued to the progress output it interrupted ("...it/s]Killed",
     # "ETA: 20s已杀死"); the localized words never appear in healthy English logs
     (re.compile(r"(?:^|[\]|>%\d]|\ds)[\s*]*(?:Killed|Getötet|Убито|Processus arrêté)[\s*.]*$"), 9),
