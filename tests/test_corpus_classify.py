@@ -24,7 +24,7 @@ from bench.p_classify import (
 
 CASES = corpus_cases()
 #: Every split of the corpus: the tuning sets, then the held-out sets (see its README).
-SPLITS = ("tune", "tune2", "tune3", "tune4", "heldout", "heldout2", "heldout3")
+SPLITS = ("tune", "tune2", "tune3", "tune4", "heldout", "heldout2", "heldout3", "heldout6")
 #: The splits whose misses may be shown by name (the ones the rules are tuned on); a held-out
 #: split's misses stay unnamed, even in a failing assertion's message.
 TUNING = ("tune", "tune2", "tune3", "tune4")
@@ -39,9 +39,10 @@ def _score(group: str) -> Score:
 def test_corpus_is_real_and_split() -> None:
     """At least 801 labelled failures in 12 kinds and 45 mentions, all seven splits used (the
     tuning splits ``tune``, ``tune2``, ``tune3`` (``heldout4`` until round 5) and ``tune4``
-    (``heldout5`` until round 6), the held-out ``heldout``, ``heldout2``, ``heldout3``)."""
+    (``heldout5`` until round 6), the held-out ``heldout``, ``heldout2``, ``heldout3``,
+    ``heldout6``)."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 801
+    assert len(failures) >= 861
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -100,6 +101,24 @@ def test_tune4_accuracy_floor() -> None:
     gathered (main at 62832dc); 76.2% (unknown 17.2%) after round 5's rules; a tuning set
     since round 6."""
     assert _score("tune4").accuracy >= 0.76
+
+
+def test_heldout6_accuracy_floor() -> None:
+    """heldout6 (60 logs gathered under the stricter protocol after round 6's rules were frozen,
+    never used to write rules): 68.3% (unknown 25.0%) on the rules before round 6, 71.7%
+    (unknown 21.7%) on round 6's; no regression below that."""
+    assert _score("heldout6").accuracy >= 0.71
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 target not met on heldout6: 71.7% accuracy, unknown 21.7% on round 6's rules",
+)
+def test_heldout6_meets_the_issue_targets() -> None:
+    """The issue's targets on the newest set nobody tuned on: >= 95% accuracy, ``unknown``
+    below 3%."""
+    s = _score("heldout6")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
 @pytest.mark.xfail(
