@@ -10,8 +10,8 @@ Three sets, scored separately:
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
   README); ``tune3`` (a second such set, ``heldout4`` when gathered and scored once, made a
   tuning set in round 5: see the README); ``tune4`` (a third such set, ``heldout5`` when
-  gathered and scored twice, made a tuning set in round 6); ``heldout6`` (gathered after round
-  6's rules were frozen, scored on them and on the rules before);
+  gathered and scored twice, made a tuning set in round 6); ``tune5`` (``heldout6`` when
+  gathered after round 6's rules were frozen and scored on them, a tuning set in round 7);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -80,7 +80,7 @@ class Case:
     label: str  # the dsguard kind it must be classified as
     text: str
     exit_code: int | None
-    group: str  # tune / tune2, 3, 4 / heldout / heldout2, 3 / mention / injected / wild / ...
+    group: str  # tune / tune2..5 / heldout / heldout2, 3 / mention / injected / wild / ...
 
 
 def corpus_cases(root: Path = CORPUS) -> list[Case]:
@@ -195,8 +195,8 @@ def false_kills(cases: Iterable[Case]) -> list[tuple[str, str]]:
 #: The sets whose misses may be printed by name: the ones the rules are tuned on. A held-out
 #: set's misses are never listed or written to the JSON results, so that nobody writes a rule
 #: from them (they are scored, not read).
-TUNING_SETS = ("tune", "tune2", "tune3", "tune4")
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout6")
+TUNING_SETS = ("tune", "tune2", "tune3", "tune4", "tune5")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -208,10 +208,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         "heldout": [c for c in corpus if c.group == "heldout"],
         "heldout2": [c for c in corpus if c.group == "heldout2"],
         "heldout3": [c for c in corpus if c.group == "heldout3"],
-        "heldout6": [c for c in corpus if c.group == "heldout6"],
         "tune2": [c for c in corpus if c.group == "tune2"],
         "tune3": [c for c in corpus if c.group == "tune3"],
         "tune4": [c for c in corpus if c.group == "tune4"],
+        "tune5": [c for c in corpus if c.group == "tune5"],
         "gpualert": ext,
         "gpualert-wild": [c for c in ext if c.group == "wild"],
     }
