@@ -376,6 +376,19 @@ _TRIGGERS: tuple[str, ...] = (
     "nstance interruption",
     "nstance termination",
     "waiting for clients",
+    # -- issue 12, round 7 (lead)
+    "checkpoint contains only",  # Lightning's restore message wrapped off its KeyError line
+    "nable to compile",  # "CANN_HOME does not exist, unable to compile NPU op(s)" alone
+    "oaded state dict",  # torch optimizer load_state_dict's checks quoted in prose
+    "aging file is too small",
+    "emory access fault",  # ROCm
+    "all clock",  # "wall clock limit"
+    "xceeded error retry count",
+    "PollConnect",
+    "angup",  # "hangup"
+    "isk space",
+    "isk is full",
+    "isk was full",
 )
 
 
@@ -509,6 +522,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"hipErrorOutOfMemory",
             r"\bCUDA failure 2: out of memory",
             r"(?<!from device: )CUDA_ERROR_OUT_OF_MEMORY",
+            # -- issue 12, round 7: pre-1.0 torch's THC check ("THCudaCheck FAIL
+            # file=/pytorch/aten/src/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
+            # error 2 is cudaErrorMemoryAllocation)
+            r"THCudaCheck FAIL file=\S+ line=\d+ error=2 : out of memory",
         ),
     ),
     (
@@ -609,6 +626,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"<jemalloc>: Error in malloc\(\): out of memory",
             r"Job has gone over memory limit of",
             r"exceeds job hard limit \"h_vmem\"",
+            # -- issue 12, round 7: Windows' commit limit (ERROR_COMMITMENT_LIMIT, 1455: "The
+            # paging file is too small for this operation to complete"), as Python raises it
+            # ("OSError: [WinError 1455] ...", loading a model or starting DataLoader workers) or
+            # a C++ runtime reports it (Ray's raylet: "CreateFileMapping() failed.
+            # GetLastError() = 1455")
+            r"\[WinError 1455\]|GetLastError\(\) = 1455\b",
+            r"paging file is too small for this operation to complete",
         ),
     ),
     (
@@ -874,6 +898,27 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bKey \S+ not found in checkpoint\b",
             r"inline_container\.cc:\d+\] \. file not found: ",
             r"Unable to (?:synchronously )?open file \(truncated file: eof = \d+",
+            # -- issue 12, round 7: torch optim/optimizer.py Optimizer.load_state_dict's own
+            # checks, also as bitsandbytes' optimizers copy them ("loaded state dict contains a
+            # parameter group that doesn't match the size of optimizer's group", "loaded state
+            # dict has a different number of parameter groups"): the optimizer state of another
+            # model or parameter grouping; Lightning's _get_version on a file it did not write
+            # ("KeyError: 'pytorch-lightning_version'", a plain torch state dict passed as
+            # ckpt_path)
+            r"loaded state dict (?:contains a parameter group that doesn.t match the size of"
+            r" optimizer.s group|has a different number of parameter groups)",
+            r"KeyError: ['\"]pytorch-lightning_version['\"]",
+            # ... and torch serialization.py's own load-time failures pasted without their
+            # frames (each raise in load/_legacy_load/_validate_device was run through the
+            # classifier as a one-line paste, torch 2.13): a file that is no torch checkpoint
+            # ("Invalid magic number; corrupt file?", a Git LFS pointer saved as .pt), a
+            # checkpoint saved on a device this machine lacks ("Attempting to deserialize object
+            # on a CUDA device but torch.cuda.is_available() is False"), a TorchScript archive
+            # given to torch.load, an unknown storage location
+            r"Invalid magic number; corrupt file\?",
+            r"Attempting to deserialize object on (?:a )?\S+ device",
+            r"is a zip archive \(did you mean to use torch\.jit\.load\(\)\?\)",
+            r"don't know how to restore data location of",
         ),
     ),
     (
@@ -966,6 +1011,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"does not include kernels for this GPU",
             r"No published PyTorch CUDA builds for release \S+ support this GPU",
             r"PyTorch no longer supports this GPU because it is too old",
+            # -- issue 12, round 7: ROCm's runtime (ROCR) on a GPU page fault, the HIP analogue
+            # of an illegal memory access ("Memory access fault by GPU node-1 (Agent handle:
+            # 0x56249bd69990) on address 0x7f95aa9ff000. Reason: Page not present or supervisor
+            # privilege.", then SIGABRT)
+            r"Memory access fault by GPU node-\d+",
         ),
     ),
     (
@@ -1012,6 +1062,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bexceeded hard wallclock time\b",
             r"\bJob was (?:evicted|aborted by the user)\b",
             r"\bSpot [Ii]nstance (?:interruption|termination) notice\b",  # AWS
+            # (round 7) a grid's own wall-clock kill in words (CMS CRAB's HTCondor post-job:
+            # "Not retrying job due to wall clock limit (job automatically killed on the worker
+            # node)")
+            r"(?i:\bdue to (?:the )?wall[- ]?clock (?:time )?limit\b"
+            r"|\bkilled\b[^.\n]{0,60}\bwall[- ]?clock\b"
+            r"|\bwall[- ]?clock (?:time )?limit\b[^.\n]{0,60}\bkilled\b)",
         ),
     ),
     (
@@ -1074,6 +1130,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 6) c10d's TCPStore wait in torch < 2.3, raised as a RuntimeError: "Timed
             # out after 1801 seconds waiting for clients. 1/2 clients joined."
             r"Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined",
+            # (round 7) NCCL's own socket layer giving up on a peer (socket.cc socketPollConnect:
+            # "connect to 22.11.219.25<47479> returned Connection refused, exceeded error retry
+            # count after 35 attempts")
+            r"socket(?:Poll)?Connect: connect to \S+ returned \w+",
+            r"exceeded error retry count after \d+ attempts",
             r"retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
             # NCCL net_ib.cc: an InfiniBand work completion with an error status (12: transport
             # retry counter exceeded), also as vendor plugins reprint it ("NET/IBP:")
@@ -1236,6 +1297,23 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
 # rule and only where no line of the output says more. A kill the same sentence puts on a
 # time limit, a timeout, a preemption or a person is not taken.
 _PROSE_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
+    # (round 7) the disk in words ("now my disk space is full", "ran out of disk space") and a
+    # hang-up in words ("mmlab still catches the SIGHUP signal and dies", a pipeline's
+    # "Received OS signal 'hangup'")
+    (
+        FailureKind.DISK_FULL,
+        re.compile(
+            r"(?i:\bdisk(?: space)? (?:is|was|got|became) full\b|\b(?:ran|run|running) out"
+            r" of disk(?: space)?\b|\bout of disk space\b)"
+        ),
+    ),
+    (
+        FailureKind.KILLED_EXTERNALLY,
+        re.compile(
+            r"(?i:\b(?:received|receives|caught|catches|got|gets)\b[^.\n]{0,20}"
+            r"\b(?:SIGHUP|hangup|hang-up)\b)"
+        ),
+    ),
     (
         FailureKind.HOST_OOM,
         re.compile(

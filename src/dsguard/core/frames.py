@@ -445,6 +445,11 @@ _CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
             r"_run_ninja_build|verify_ninja_availability|_check_cuda_version"
             r"|_write_ninja_file_and_build_library|_jit_compile|_build_extension_module"
             r"|check_compiler_ok_for_platform"
+            # (round 7) or no function at all: rich wraps " in <func>" off a long path's line
+            # ("│ .../torch/utils/cpp_extension.py:16 │" then "│ 23 in
+            # _write_ninja_file_and_build_library │"); a training run is only ever inside
+            # cpp_extension.py to build an op
+            r"|"
         ),
     ),
 )
