@@ -345,8 +345,8 @@ _TRIGGERS: tuple[str, ...] = (
     "eepspeed configs in",
     "command not found",  # bash: the launcher or a tool is not installed (shares "c")
     '.py", line',  # a frame header pasted without its 'File ' (shares "." with ".cc:")
-    "quota exceeded",  # EDQUOT in prose (a new first character, "q": rare in logs)
-    "UBLAS_STATUS_",  # cuBLAS status names without "error" (a new first character, "U")
+    "ota exceeded",  # EDQUOT in prose ("disk quota exceeded"; shares "o" with "of memory")
+    "STATUS_EXECUTION_FAILED",  # cuBLAS/cuDNN status names without "error" (shares "S")
     "cale: 0",  # DeepSpeed's "Attempted loss scale: 0.0, reducing to 0.0"
     "wallclock",  # Moab/SGE wall-clock kills
     "eleted at request",  # PBS "Job deleted at request of ..."
@@ -366,11 +366,11 @@ _TRIGGERS: tuple[str, ...] = (
     "earlyoom",
     "exited with code 137",
     "exit code: 137",
-    "UDA_ERROR_OUT_OF_MEMORY",
+    "ERROR_OUT_OF_MEMORY",  # CUDA_ERROR_OUT_OF_MEMORY (shares "E" with "Exception")
     "on device ordinal",
     "over memory limit",
     "exceeds job hard",
-    "Unsuccessful TensorSliceReader",
+    "nsuccessful TensorSliceReader",
     "runcated file",
     "onitored metric",
     "nstance interruption",
@@ -383,8 +383,8 @@ _TRIGGERS: tuple[str, ...] = (
     "aging file is too small",
     "emory access fault",  # ROCm
     "all clock",  # "wall clock limit"
-    "xceeded error retry count",
-    "PollConnect",
+    "exceeded error retry count",
+    "ollConnect",  # NCCL socketPollConnect (shares "o")
     "angup",  # "hangup"
     "isk space",
     "isk is full",
