@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from dsguard.core import lexicon
 from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
 from dsguard.core.frames import (
     closed_frame_kind,
@@ -120,6 +121,9 @@ _KEEP_PER_KIND = 16  # StreamClassifier keeps the first and the last this many p
 _MAX_FAILURE_LINES = 8
 _MAX_WINNER_LINES_FIRST = 5  # leave room for one line of each other kind in Failure.evidence
 _MAX_CARRY = 65536  # a partial line longer than this keeps only its head and tail
+# The output's last characters, kept for the probable kind of an otherwise unknown failure
+# (core/lexicon.py): a traceback and the lines around it (every corpus excerpt is shorter).
+_TAIL_CHARS = 16384
 _MAX_FRAMES = 8  # innermost frames kept per traceback: the raise site and a few wrappers
 _LOOKAHEAD_LINES = 8  # after a frame header: its source (3.11+: several), carets, the exception
 _MAX_FRAME_KEYS = 64
@@ -206,6 +210,12 @@ class Failure:
     host_oom_confirmed: bool | None = None
     #: One line for the user when the fix is theirs (an argparse rejection names its flag).
     hint: str | None = None
+    #: For an UNKNOWN verdict only: the kind the output's words point to (core/lexicon.py),
+    #: when they point to one clearly. What probably happened, for the user to look at
+    #: first; never acted on (the kind stays UNKNOWN, and so does what the loop does).
+    probable: FailureKind | None = None
+    #: The words that weighed most for ``probable``.
+    probable_words: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -1460,6 +1470,8 @@ class StreamClassifier:
 
     def __init__(self) -> None:
         self._carry = ""  # the current partial line
+        self._tail: deque[str] = deque()  # the latest chunks, at least _TAIL_CHARS in all
+        self._tail_len = 0
         self._pending_cr = False  # previous chunk ended in "\r": a leading "\n" continues it
         self._lines = 0  # complete lines seen
         self._ignored_until = 0  # exception lines up to here follow "Exception ignored in"
@@ -1507,10 +1519,22 @@ class StreamClassifier:
         kept.sort(key=lambda ev: ev.line_no)
         return tuple(kept)
 
+    @property
+    def tail(self) -> str:
+        """The output's last 16 KiB (fewer if it was shorter), for the probable kind of a
+        failure no rule names (:func:`classify`'s ``tail``)."""
+        return "".join(self._tail)[-_TAIL_CHARS:]
+
     def feed(self, text: str) -> list[Evidence]:
         """Classify the lines this chunk completes; keep the trailing partial line for later."""
         if not text:
             return []
+        # Whole chunks, dropped from the front once the rest still holds _TAIL_CHARS: no
+        # per-line work and no copy of the kept text on the watcher's path.
+        self._tail.append(text)
+        self._tail_len += len(text)
+        while self._tail_len - len(self._tail[0]) >= _TAIL_CHARS:
+            self._tail_len -= len(self._tail.popleft())
         if self._pending_cr and text[0] == "\n":
             text = text[1:]  # second half of a "\r\n" split across chunks: same line end
         self._pending_cr = False
@@ -1937,6 +1961,7 @@ def classify(
     *,
     host_oom_confirmed: bool | None = None,
     hang: bool = False,
+    tail: str = "",
 ) -> Failure | None:
     """None = success (exit raw == 0 and not hang). Otherwise the root cause.
 
@@ -1952,7 +1977,9 @@ def classify(
       ``CANCELLED``, a hang-up) is killed_externally unless confirmed.
     - ``hang`` (the supervisor ended a stalled attempt) is HANG unless stronger evidence
       explains the stall; the supervisor's own SIGKILL and teardown tracebacks do not.
-    - A non-zero (or unknown) exit without evidence is UNKNOWN.
+    - A non-zero (or unknown) exit without evidence is UNKNOWN. Its ``probable`` kind comes
+      from the words of ``tail`` (the output's last lines, ``StreamClassifier.tail``) when
+      they favour one clearly: information for the user, not a verdict (core/lexicon.py).
     """
     if exit.raw == 0 and not hang:
         return None
@@ -1976,11 +2003,14 @@ def classify(
     rank = next((ev.rank for ev in lead), None)
     others = [by_kind[kind][0] for kind in _PRIORITY if kind in by_kind and kind not in explained]
     kills = [ev.text for ev in by_kind.get(FailureKind.KILLED_EXTERNALLY, ()) if ev.sigkill]
+    probable = lexicon.guess(tail) if winner is FailureKind.UNKNOWN and tail else None
     return Failure(
         kind=winner, rank=rank, evidence=_pick_lines(lead, others), exit=exit,
         retry_helps=_retry_helps(winner, lead), rank_exit=rank_exit_from_text(kills),
         host_oom_confirmed=host_oom_confirmed if winner is FailureKind.HOST_OOM else None,
         hint=_hint(winner, lead),
+        probable=None if probable is None else FailureKind(probable.kind),
+        probable_words=() if probable is None else probable.words,
     )  # fmt: skip
 
 
@@ -2115,11 +2145,12 @@ def classify_saved(
     *,
     host_oom_confirmed: bool | None = None,
     hang: bool = False,
+    tail: str = "",
 ) -> Failure | None:
     """``classify``, plus what the live loop would have seen while the run went on: a run whose
     output shows it diverged (:func:`diverged_lines`) failed even if it exited 0. Without this,
     a saved log of a run that trained on NaN weights to the end reads as a success."""
-    failure = classify(evidence, exit, host_oom_confirmed=host_oom_confirmed, hang=hang)
+    failure = classify(evidence, exit, host_oom_confirmed=host_oom_confirmed, hang=hang, tail=tail)
     if failure is not None:
         return failure
     lines = diverged_lines(evidence)
@@ -2145,5 +2176,6 @@ def classify_text(
     sc.feed(text)
     sc.close()
     return classify_saved(
-        sc.evidence, decode_exit(exit_code), host_oom_confirmed=host_oom_confirmed
-    )
+        sc.evidence, decode_exit(exit_code), host_oom_confirmed=host_oom_confirmed,
+        tail=sc.tail,
+    )  # fmt: skip

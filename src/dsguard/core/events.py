@@ -348,6 +348,10 @@ class FailureDetected(Event):
     host_oom_confirmed: bool | None
     host_oom_evidence: list[str]
     checkpoint_progress: bool
+    #: For kind ``unknown``: the kind the output's words point to (core/lexicon.py), null
+    #: when they point nowhere clearly. Information only: the loop acts on ``unknown``.
+    probable_kind: str | None = None
+    probable_words: list[str] = []
 
 
 class EnvFactsDetected(Event):

@@ -1182,6 +1182,7 @@ class Supervisor:
             host_oom_confirmed=confirmed,
             host_oom_evidence=list(kill.reasons) if kill is not None and confirmed else [],
             checkpoint_progress=obs.progressed,
+            probable_kind=failure.probable, probable_words=list(failure.probable_words),
         )  # fmt: skip
 
     @staticmethod
@@ -1297,6 +1298,7 @@ class Supervisor:
         return Observation(
             attempt=cur.number, exit_code=exit_code, ended_by=cur.ended_by,
             duration_s=duration_s, evidence=cur.classifier.evidence,
+            output_tail=cur.classifier.tail,
             output_bytes=handle.output_bytes, output_lines=cur.classifier.lines_seen,
             log_dropped_bytes=handle.log_dropped_bytes,
             pids=pids, kill=kill, rank_killed=rank_killed,

@@ -93,6 +93,9 @@ class Observation:
     rank_killed: bool = False
     #: The host-memory peak dsguard measured from outside (None: nothing could be read).
     host_peak: HostPeak | None = None
+    #: The output's last 16 KiB (``StreamClassifier.tail``): the words an unknown failure's
+    #: probable kind is read from.
+    output_tail: str = ""
 
     @property
     def kill_is_host_oom(self) -> bool:
@@ -131,7 +134,7 @@ def verdict(obs: Observation) -> Failure | None:
         status = ExitStatus(raw=status.raw, signal=int(signal.SIGKILL))
     return classify(
         obs.evidence, status, host_oom_confirmed=obs.kill_is_host_oom,
-        hang=obs.ended_by == "hang",
+        hang=obs.ended_by == "hang", tail=obs.output_tail,
     )  # fmt: skip
 
 
