@@ -121,6 +121,13 @@ def gpualert_cases(root: Path = GPUALERT) -> list[Case]:
 class Verdict:
     kind: str  # dsguard kind, or "success"
     fatal_lines: tuple[str, ...]  # lines that would have ended the attempt while streaming
+    #: For an ``unknown`` kind: the probable kind by the output's words (core/lexicon.py).
+    probable: str | None = None
+
+    def reading(self, with_probable: bool) -> str:
+        """The kind scored: the verdict, or with ``with_probable`` what the user is told
+        probably happened when the verdict is ``unknown``."""
+        return self.probable if with_probable and self.probable else self.kind
 
 
 def judge_case(case: Case) -> Verdict:
@@ -131,8 +138,13 @@ def judge_case(case: Case) -> Verdict:
     for i in range(0, len(case.text), step):
         fatal += [ev.text for ev in sc.feed(case.text[i : i + step]) if ev.fatal]
     fatal += [ev.text for ev in sc.close() if ev.fatal]
-    failure = classify_saved(sc.evidence, decode_exit(case.exit_code), hang=case.label == "hang")
-    return Verdict("success" if failure is None else failure.kind.value, tuple(fatal))
+    failure = classify_saved(
+        sc.evidence, decode_exit(case.exit_code), hang=case.label == "hang", tail=sc.tail
+    )
+    if failure is None:
+        return Verdict("success", tuple(fatal))
+    probable = None if failure.probable is None else failure.probable.value
+    return Verdict(failure.kind.value, tuple(fatal), probable)
 
 
 @dataclass
@@ -164,12 +176,19 @@ class Score:
         return sum(self.confusion[("user_code_error", k)] for k in OOM_KINDS)
 
 
-def score(cases: Iterable[Case], judge: Callable[[Case], Verdict] = judge_case) -> Score:
+def score(
+    cases: Iterable[Case],
+    judge: Callable[[Case], Verdict] = judge_case,
+    *,
+    with_probable: bool = False,
+) -> Score:
+    """The verdicts' score; ``with_probable``: an ``unknown`` verdict's probable kind scored
+    in its place (what the user is told probably happened; the loop never acts on it)."""
     confusion: Counter[tuple[str, str]] = Counter()
     misses: list[tuple[str, str, str]] = []
     n = correct = 0
     for case in cases:
-        got = judge(case).kind
+        got = judge(case).reading(with_probable)
         n += 1
         confusion[(case.label, got)] += 1
         if got == case.label:
@@ -218,12 +237,18 @@ def run(quick: bool = False) -> dict[str, Any]:
     res: dict[str, Any] = {"sets": {}}
     for name, cases in sets.items():
         s = score(cases)
+        sp = score(cases, with_probable=True)
         # A held-out set's misses are not recorded by name (see TUNING_SETS): only its
         # aggregate figures leave the scorer, so no rule can be keyed to its files.
         res["sets"][name] = {
             "n": s.n, "accuracy": s.accuracy, "confusion": [[t, p, c] for (t, p), c in
             sorted(s.confusion.items())],
             "misses": [] if name in HELDOUT_SETS else s.misses,
+            "with_probable": {
+                "accuracy": sp.accuracy, "unknown": sp.predicted("unknown"),
+                "ladder_precision": {k: sp.precision(k) for k in LADDER_KINDS},
+                "user_as_oom": sp.user_as_oom(),
+            },
         }  # fmt: skip
     mentions = [c for c in corpus if c.group == "mention"]
     res["mentions"] = {"n": len(mentions), "false_kills": false_kills(mentions)}
@@ -268,6 +293,17 @@ def markdown(res: dict[str, Any]) -> str:
     for name, d in res["sets"].items():
         if d["n"]:
             out += [score_markdown(name, _rebuild(d)), ""]
+            wp = d.get("with_probable")
+            if wp is not None:
+                prec = ", ".join(f"{k} {_pct(v)}" for k, v in wp["ladder_precision"].items())
+                out += [
+                    f"With the probable kind of `unknown` verdicts (core/lexicon.py; told to "
+                    f"the user, never acted on): {round(wp['accuracy'] * d['n'])}/{d['n']} = "
+                    f"{100 * wp['accuracy']:.1f}%; no kind named at all: {wp['unknown']} "
+                    f"({100 * wp['unknown'] / d['n']:.1f}%); precision {prec}; user errors "
+                    f"taken for an OOM: {wp['user_as_oom']}",
+                    "",
+                ]
     m = res["mentions"]
     out.append(f"**mentions**: {len(m['false_kills'])} of {m['n']} harmless logs would be ended")
     for f, line in m["false_kills"]:

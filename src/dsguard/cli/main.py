@@ -331,6 +331,12 @@ def _explain_verdict(failure: Any, exit_code: int | None) -> str:
             f"probable host_oom: {why}; unconfirmed (no live evidence: {status}, "
             "no cgroup OOM-kill counter or kernel log read)"
         )
+    if failure.probable is not None:
+        return (
+            f"unknown: no rule names this failure; its words point to "
+            f"{failure.probable.value} (probable, from its words alone; acted on as unknown) "
+            f"(a saved log: {status}, no live evidence)"
+        )
     return f"{failure.kind.value} (a saved log: {status}, no live evidence)"
 
 
@@ -400,6 +406,8 @@ def cmd_explain(ns: argparse.Namespace) -> int:
             "host_oom_confirmed": failure.host_oom_confirmed,
             "verdict": _explain_verdict(failure, ns.exit_code),
             "hint": failure.hint,
+            "probable_kind": None if failure.probable is None else failure.probable.value,
+            "probable_words": list(failure.probable_words),
         }
     if ns.json:
         print(json.dumps(result))
@@ -418,6 +426,9 @@ def cmd_explain(ns: argparse.Namespace) -> int:
         print(f"killed rank's exit status (from the launcher's report): {result['rank_exit']}")
     if result["hint"]:
         print(f"hint: {result['hint']}")
+    if result["probable_kind"] is not None:
+        words = ", ".join(result["probable_words"])
+        print(f"probable kind: {result['probable_kind']} (the words that weighed most: {words})")
     print("evidence:")
     for line in result["evidence"]:
         print(f"  {line}")
