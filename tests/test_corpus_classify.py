@@ -120,6 +120,30 @@ def test_heldout_meets_the_issue_targets() -> None:
     assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
+HELDOUT = ("heldout", "heldout2", "heldout3")
+
+
+def test_heldout_sets_with_the_probable_kind_meet_the_issue_targets() -> None:
+    """What the user is told happened, reading an ``unknown`` verdict's probable kind
+    (core/lexicon.py, built from the tuning splits only; never acted on), over the three
+    held-out sets together (296 logs): >= 95% right and no kind named for < 3%. The rules
+    alone stay short of it (the xfail above)."""
+    cases = [c for c in CASES if c.group in HELDOUT]
+    s = score(cases, with_probable=True)
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
+@pytest.mark.parametrize("group", HELDOUT)
+def test_the_probable_kind_keeps_the_ladder_kinds_precise(group: str) -> None:
+    """A probable cuda_oom / host_oom / ds_build_error is told to the user: it must be as
+    precise as a verdict (>= 0.98), and never an OOM for a user error."""
+    s = score([c for c in CASES if c.group == group], with_probable=True)
+    assert s.user_as_oom() == 0
+    for kind in LADDER_KINDS:
+        p = s.precision(kind)
+        assert p is None or p >= 0.98, (kind, p)
+
+
 def test_every_real_oom_traceback_is_fatal_at_line_time() -> None:
     """Each cuda_oom log whose output has the OOM exception line (at a line start, after a
     rank prefix) ends the attempt while streaming (P1 stays met) and is judged cuda_oom.
