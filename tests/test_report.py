@@ -324,3 +324,17 @@ def test_events_since(tmp_path: Path) -> None:
     assert 0 < len(late) < len(everything)
     assert all(json.loads(x)["ts"] >= "2026-11-23T16:51:26" for x in late)
     assert events("--since", "1m") == []  # the fixture's run is older than a minute
+
+
+def test_an_unknown_failure_shows_its_probable_kind_and_no_other_does() -> None:
+    """failure_detected's probable_kind (core/lexicon.py) is printed beside ``unknown`` as
+    "probably", never in its place, and never beside a kind the rules named."""
+    evs = _events()
+    fd = next(e for e in evs if e["event"] == "failure_detected")
+    fd.update(kind="unknown", probable_kind="checkpoint_error", probable_words=["state_dict"])
+    html = page([("j", build(evs))])
+    assert "unknown (probably checkpoint_error)" in html
+    fd.update(kind="cuda_oom")
+    view = build(evs)
+    assert view.attempts[0].kind_words == "cuda_oom"
+    assert "probably" not in page([("j", view)])

@@ -58,6 +58,9 @@ class AttemptView:
     exit_code: int | None = None
     ended_by: str | None = None
     kind: str | None = None
+    #: For kind ``unknown``: what the output's words point to (``failure_detected``'s
+    #: ``probable_kind``), shown as "unknown (probably X)"; never a verdict.
+    probable: str | None = None
     rung: str | None = None
     changes: dict[str, Any] = field(default_factory=dict)
     new_phase: bool = False
@@ -77,6 +80,13 @@ class AttemptView:
     lost_exact: bool = True
     #: The in-run fit_probe ended this attempt to move to another config (a planned switch).
     probe_switch: bool = False
+
+    @property
+    def kind_words(self) -> str | None:
+        """The kind as the report prints it: an unknown failure's probable kind beside it."""
+        if self.kind == "unknown" and self.probable:
+            return f"unknown (probably {self.probable})"
+        return self.kind
 
     @property
     def duration_s(self) -> float | None:
@@ -297,6 +307,7 @@ def _on_event(view: RunView, ev: Mapping[str, Any], known: frozenset[str]) -> No
         a.resume_step = _int(ev.get("step"))
     elif name == "failure_detected":
         a.kind = _str(ev.get("kind"))
+        a.probable = _str(ev.get("probable_kind"))
     elif name == "policy_applied":
         _on_policy(a, ev)
         view.latest_knobs = _dict(ev.get("knobs")) or view.latest_knobs

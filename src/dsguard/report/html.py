@@ -97,7 +97,7 @@ def _break_mark(a: AttemptView, px: float, rows: list[float]) -> str:
     """The red mark where an attempt broke, labelled with kind and rung on the first text
     row with room for it; with no room (a long night of short attempts) only the tooltip
     says it, rather than labels printed over each other."""
-    label = f"{a.kind}{' (hang)' if a.hang else ''} -> {a.rung or 'give up'}"
+    label = f"{a.kind_words}{' (hang)' if a.hang else ''} -> {a.rung or 'give up'}"
     width = 6.2 * len(label)
     out = (
         f'<line x1="{px:.1f}" y1="22" x2="{px:.1f}" y2="48" stroke="{FAIL}" stroke-width="2">'
@@ -356,7 +356,7 @@ def attempts_table(view: RunView) -> str:
             "-" if a.duration_s is None else duration_words(a.duration_s),
             format_knobs(a.knobs) + (f"; global batch {a.global_batch}" if a.global_batch else ""),
             changed or "-", "fresh" if a.resume_step is None else f"step {a.resume_step}",
-            end, a.kind or "-", move or "-", _last(a),
+            end, a.kind_words or "-", move or "-", _last(a),
             duration_words(a.lost_s) if a.lost_s else "-", _rate(a),
         )  # fmt: skip
         rows.append("<tr>" + "".join(
