@@ -24,12 +24,11 @@ runner-up) below which the guess is withheld.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
 from typing import Final
-
-from dsguard.core import lexicon_table
 
 __all__ = ["MIN_MARGIN", "Guess", "guess", "tokens"]
 
@@ -68,10 +67,16 @@ class Guess:
     words: tuple[str, ...]  # the tokens that favoured it most over the runner-up
 
 
+@functools.cache
 def _log_tables() -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Log prior per kind, and per vocabulary token log P(token present | kind) with add-one
     smoothing. Only the tokens present are weighed (absent ones say little about an excerpt
-    cut at an arbitrary line)."""
+    cut at an arbitrary line).
+
+    Loaded on the first guess, not at import: the table costs about 10 ms and 2.6 MB, and the
+    supervisor needs it only once an attempt has failed with no rule naming why (bench P4)."""
+    from dsguard.core import lexicon_table
+
     docs = lexicon_table.DOCS
     total = sum(docs.values())
     prior = {kind: math.log(n / total) for kind, n in docs.items()}
@@ -82,21 +87,19 @@ def _log_tables() -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     return prior, present
 
 
-_PRIOR, _PRESENT = _log_tables()
-
-
 def guess(text: str) -> Guess | None:
     """The probable kind of a failure whose output is ``text`` (its tail), or None when the
     words do not favour one kind by :data:`MIN_MARGIN`."""
-    seen = tokens(text) & _PRESENT.keys()
+    prior, present = _log_tables()
+    seen = tokens(text) & present.keys()
     if not seen:
         return None
-    scores = {kind: p + sum(_PRESENT[t][kind] for t in seen) for kind, p in _PRIOR.items()}
+    scores = {kind: p + sum(present[t][kind] for t in seen) for kind, p in prior.items()}
     ranked = sorted(scores, key=lambda k: (-scores[k], k))
     best, second = ranked[0], ranked[1]
     margin = scores[best] - scores[second]
     if margin < MIN_MARGIN:
         return None
-    lift = sorted(seen, key=lambda t: (_PRESENT[t][second] - _PRESENT[t][best], t))
-    words = tuple(t for t in lift if _PRESENT[t][best] > _PRESENT[t][second])[:_WORDS_SHOWN]
+    lift = sorted(seen, key=lambda t: (present[t][second] - present[t][best], t))
+    words = tuple(t for t in lift if present[t][best] > present[t][second])[:_WORDS_SHOWN]
     return Guess(kind=best, margin=round(margin, 2), words=words)
