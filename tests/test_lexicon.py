@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench import lexicon as builder
 from bench.p_classify import CORPUS, TUNING_SETS, Case, corpus_cases, judge_case
-from dsguard.core import lexicon
+from dsguard.core import lexicon, lexicon_table
 from dsguard.core.classify import FailureKind, StreamClassifier, classify_text, decode_exit
 from dsguard.testing import Script
 from tests.test_loop_scenarios import Outcome, Scenario, run_scenario
@@ -53,6 +53,16 @@ def test_a_guess_names_its_kind_margin_and_words() -> None:
     assert g is not None and g.kind == "cuda_oom"
     assert g.margin >= lexicon.MIN_MARGIN
     assert g.words and all(w in lexicon.tokens(NNABLA.read_text()) for w in g.words)
+
+
+def test_the_words_reported_are_vocabulary_never_the_outputs_own_tokens() -> None:
+    """The event log gets ``probable_words``: only words of the public corpus's vocabulary,
+    so a secret the script printed next to them is never among them."""
+    secret = "hf_zq8SecretTokenValue91 api_key_xyzzy"
+    g = lexicon.guess(NNABLA.read_text(encoding="utf-8") + "\n" + secret + "\n")
+    assert g is not None and g.words
+    assert set(g.words) <= set(lexicon_table.DF)
+    assert not any("zq8" in w or "xyzzy" in w for w in g.words)
 
 
 def test_tokens_keep_identifiers_whole_and_drop_stop_words() -> None:
