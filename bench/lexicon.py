@@ -14,7 +14,6 @@ number of logs of each kind that contain it.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from bench.common import REPO_ROOT
-from bench.p_classify import CORPUS, TUNING_SETS, Case, corpus_cases
+from bench.p_classify import TUNING_SETS, Case, corpus_cases
 from dsguard.core.lexicon import tokens
 
 TABLE = REPO_ROOT / "src" / "dsguard" / "core" / "lexicon_table.py"
@@ -30,20 +29,9 @@ MIN_REPOS = 3
 VOCABULARY = 500
 
 
-def _repos(root: Path = CORPUS) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for raw in (root / "index.jsonl").read_text(encoding="utf-8").splitlines():
-        if raw.strip():
-            row = json.loads(raw)
-            out[row["file"]] = row["repo"]
-    return out
-
-
-def build(
-    cases: list[Case], repo_of: dict[str, str]
-) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+def build(cases: list[Case]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """(logs per kind, token -> kind -> logs containing it) over the tuning cases given."""
-    docs = [(c.label, tokens(c.text), repo_of[c.name]) for c in cases
+    docs = [(c.label, tokens(c.text), c.repo) for c in cases
             if c.group in TUNING_SETS and c.label != "mention"]  # fmt: skip
     n = Counter(label for label, _, _ in docs)
     df: dict[str, Counter[str]] = defaultdict(Counter)
@@ -88,7 +76,7 @@ def render(docs: dict[str, int], table: dict[str, dict[str, int]]) -> str:
 
 
 def fresh() -> str:
-    docs, table = build(corpus_cases(), _repos())
+    docs, table = build(corpus_cases())
     text = render(docs, table)
     # The committed file is ruff-formatted; format the fresh one the same way to compare.
     ruff = Path(sys.executable).parent / "ruff"

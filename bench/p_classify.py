@@ -81,6 +81,7 @@ class Case:
     text: str
     exit_code: int | None
     group: str  # tune / tune2..5 / heldout / heldout2, 3 / mention / injected / wild / ...
+    repo: str = ""  # the source repository (corpus logs: index.jsonl's ``repo``)
 
 
 def corpus_cases(root: Path = CORPUS) -> list[Case]:
@@ -91,10 +92,10 @@ def corpus_cases(root: Path = CORPUS) -> list[Case]:
         row = json.loads(raw)
         text = (root / row["file"]).read_text(encoding="utf-8", errors="replace")
         if row["label"] == "mention":
-            cases.append(Case(row["file"], "mention", text, 0, "mention"))
+            cases.append(Case(row["file"], "mention", text, 0, "mention", row["repo"]))
         else:
             label = CORPUS_LABELS[row["label"]]
-            cases.append(Case(row["file"], label, text, None, row["split"]))
+            cases.append(Case(row["file"], label, text, None, row["split"], row["repo"]))
     return cases
 
 

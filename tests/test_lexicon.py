@@ -3,6 +3,7 @@ only, reproducible, withheld when unclear, reported and never acted on."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from bench import lexicon as builder
@@ -32,8 +33,8 @@ def test_the_build_reads_only_tuning_splits_and_words_from_three_repositories() 
               for i in range(6)]  # fmt: skip
     tuning += [_case(f"u{i}", "hang", "stalled forever", TUNING_SETS[-1]) for i in range(3)]
     held = [_case(f"h{i}", "hang", "heldoutword stalled", "heldout") for i in range(5)]
-    repos = {c.name: f"repo{i % 3}" for i, c in enumerate(tuning + held)}
-    docs, table = builder.build(tuning + held, repos)
+    cases = [replace(c, repo=f"repo{i % 3}") for i, c in enumerate(tuning + held)]
+    docs, table = builder.build(cases)
     assert docs == {"disk_full": 6, "hang": 3}  # no held-out log counted
     assert "heldoutword" not in table
     # "quotawords0" is in logs t0, t2, t4: repos 0, 2, 1 -> kept; "everywhere" likewise.
