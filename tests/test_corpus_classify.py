@@ -25,11 +25,11 @@ from bench.p_classify import (
 CASES = corpus_cases()
 #: Every split of the corpus: the tuning sets, then the held-out sets (see its README).
 SPLITS = (
-    "tune", "tune2", "tune3", "tune4", "tune5", "heldout", "heldout2", "heldout3", "heldout7"
+    "tune", "tune2", "tune3", "tune4", "tune5", "tune6", "heldout", "heldout2", "heldout3"
 )  # fmt: skip
 #: The splits whose misses may be shown by name (the ones the rules are tuned on); a held-out
 #: split's misses stay unnamed, even in a failing assertion's message.
-TUNING = ("tune", "tune2", "tune3", "tune4", "tune5")
+TUNING = ("tune", "tune2", "tune3", "tune4", "tune5", "tune6")
 
 
 def _score(group: str) -> Score:
@@ -39,10 +39,10 @@ def _score(group: str) -> Score:
 
 
 def test_corpus_is_real_and_split() -> None:
-    """At least 801 labelled failures in 12 kinds and 45 mentions, all seven splits used (the
-    tuning splits ``tune``, ``tune2``, ``tune3`` (``heldout4`` until round 5) and ``tune4``
-    (``heldout5`` until round 6) and ``tune5`` (``heldout6`` until round 7), the held-out
-    ``heldout``, ``heldout2``, ``heldout3`` and ``heldout7``)."""
+    """At least 962 labelled failures in 12 kinds and 45 mentions, every split used (the
+    tuning splits ``tune``, ``tune2``, ``tune3`` (``heldout4`` until round 5), ``tune4``
+    (``heldout5`` until round 6), ``tune5`` (``heldout6`` until round 7) and ``tune6``
+    (``heldout7`` until round 9), the held-out ``heldout``, ``heldout2`` and ``heldout3``)."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 962
     assert len({c.label for c in failures}) == 12
@@ -122,15 +122,16 @@ def test_heldout_meets_the_issue_targets() -> None:
     assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
-def test_heldout7_accuracy_floor() -> None:
-    """heldout7 (101 logs gathered in round 8 by two helpers that never read the rules, after
-    the rules and the lexicon were frozen at a9ae35d): 84/101 = 83.2% (unknown 14.9%) on the
-    rules, scored once; its record as a held-out set, held as a floor."""
-    s = _score("heldout7")
+def test_tune6_accuracy_floor() -> None:
+    """tune6 (101 logs gathered as heldout7 in round 8 by two helpers that never read the
+    rules, after the rules and the lexicon were frozen at a9ae35d): 84/101 = 83.2% (unknown
+    14.9%) on the rules, scored once, its record as a held-out set; a tuning set since round
+    9."""
+    s = _score("tune6")
     assert s.accuracy >= 0.83 and s.predicted("unknown") <= 15
 
 
-HELDOUT = ("heldout", "heldout2", "heldout3", "heldout7")
+HELDOUT = ("heldout", "heldout2", "heldout3")
 
 
 def _with_probable(groups: tuple[str, ...]) -> Score:
@@ -139,28 +140,21 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
-    (core/lexicon.py, built from the tuning splits only; never acted on), over the four
-    held-out sets (397 logs): 373 right (94.0%), no kind named for 11 (2.8%); the rules alone:
-    89.9%, 8.1%. Floors at those figures."""
+    (core/lexicon.py, built from the tuning splits only; never acted on), over the three older
+    held-out sets (296 logs): 283 right (95.6%), no kind named for 6 (2.0%); the rules alone:
+    92.2%, 5.7%. Floors at those figures. These sets have been scored every round since they
+    were gathered (never read, never written from), so they are no longer fresh: the issue's
+    targets are judged on the newest set scored once (bench/RESULTS.md)."""
     s = _with_probable(HELDOUT)
-    assert s.accuracy >= 0.939 and s.predicted("unknown") / s.n < 0.03
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 target not met: 94.0% with the probable kind on the four held-out sets",
-)
-def test_heldout_sets_with_the_probable_kind_meet_the_issue_targets() -> None:
-    """The issue's targets read on what the user is told: >= 95% right, < 3% nothing named."""
-    s = _with_probable(HELDOUT)
-    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+    assert s.accuracy >= 0.955 and s.predicted("unknown") / s.n < 0.03
 
 
 @pytest.mark.parametrize("group", HELDOUT)
 def test_the_probable_kind_never_takes_a_user_error_for_an_oom(group: str) -> None:
     """A probable kind is told to the user, so it keeps the verdicts' first promise. (Its
-    ladder-kind precision is not the verdicts' 0.98: on heldout7 a probable cuda_oom was right
-    10 times in 11 and a probable ds_build_error 7 in 8; it moves no ladder.)"""
+    ladder-kind precision is not the verdicts' 0.98: on heldout7, scored once before it became
+    tune6, a probable cuda_oom was right 10 times in 11 and a probable ds_build_error 7 in 8;
+    it moves no ladder.)"""
     assert _with_probable((group,)).user_as_oom() == 0
 
 
