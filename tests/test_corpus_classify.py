@@ -126,9 +126,9 @@ def test_tune6_accuracy_floor() -> None:
     """tune6 (101 logs gathered as heldout7 in round 8 by two helpers that never read the
     rules, after the rules and the lexicon were frozen at a9ae35d): 84/101 = 83.2% (unknown
     14.9%) on the rules, scored once, its record as a held-out set; a tuning set since round
-    9."""
+    9, whose rules took it to 96/101 = 95.0% (unknown 4.0%)."""
     s = _score("tune6")
-    assert s.accuracy >= 0.83 and s.predicted("unknown") <= 15
+    assert s.accuracy >= 0.95 and s.predicted("unknown") <= 4
 
 
 HELDOUT = ("heldout", "heldout2", "heldout3")

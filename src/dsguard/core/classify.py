@@ -399,6 +399,18 @@ _TRIGGERS: tuple[str, ...] = (
     "isk space",
     "isk is full",
     "isk was full",
+    # -- issue 12, round 9 (tune6): each shares its first character with a trigger above
+    "esource exhausted: Out",  # XLA's OOM wrapped after "Out" (the rest on the next line)
+    "ailed to build deepspeed",  # pip: "Failed to build deepspeed"
+    "ailed building wheel for deepspeed",  # pip: "ERROR: Failed building wheel for ..."
+    "ERROR_ILLEGAL",  # the CUDA driver API's sticky errors (CUDA_ERROR_ILLEGAL_ADDRESS, ...)
+    "ERROR_MISALIGNED",
+    "ERROR_LAUNCH_FAILED",
+    "ERROR_HARDWARE_STACK",
+    "ERROR_ECC_UNCORRECTABLE",
+    "ERROR_ASSERT",
+    "ssh exited with exit code",  # pdsh: "pdsh@host: node: ssh exited with exit code 255"
+    "ermission denied (publickey",  # ssh's authentication failure
 )
 
 
@@ -523,6 +535,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "failed to allocate 3.80G (...) from device: CUDA_ERROR_OUT_OF_MEMORY", a retry
             # with less that usually goes on
             r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
+            # (round 9) older XLA's spelling of the same status ("Execution of replica 0
+            # failed: Resource exhausted: Out of memory while trying to allocate 5520758552
+            # bytes.", google/jax#788), also wrapped after its "Out" by an 80-column paste
+            r"Resource exhausted: Out(?: of memory while trying to allocate|\s*$)",
             r"Failed to allocate request for \S+ \(\d+B\) on device ordinal \d",
             r"Ran out of memory in memory space hbm",
             r"\b(?:MPS backend|XPU|NPU) out of memory",
@@ -587,6 +603,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # cgroup's OOM kill) and kubelet's eviction ("The node was low on resource:
             # memory. Container trainer was using 30Gi, which exceeds its request of 16Gi.")
             r"killed due to the node running low on memory",
+            # (round 9) ... and the raylet's summary of the workers that monitor killed
+            # (src/ray/raylet/node_manager.cc: "1 Workers (tasks / actors) killed due to
+            # memory pressure (OOM), 0 Workers crashed due to other reasons at node ..."),
+            # which is all a driver's output shows when the task is retried and then fails
+            r"Workers \(tasks / actors\) killed due to memory pressure \(OOM\)",
             r"\bOOMKilled\b",
             r"The node was low on resource: memory",
             # ... and batch schedulers enforcing a job's memory request: Slurm's jobacct_gather
@@ -694,6 +715,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"does not match the version torch was compiled with"
             r"(?!.*(?:accepting this|DS_SKIP_CUDA_CHECK))",
             r"unable to compile cuda/cpp extensions",
+            # (round 9) pip's report that DeepSpeed's own setup.py failed ("Building wheel for
+            # deepspeed (setup.py) ... error", "Running setup.py install for deepspeed ...
+            # error", "Failed to build deepspeed", "ERROR: Failed building wheel for
+            # deepspeed"): its ops are compiled there when DS_BUILD_OPS=1, and the reason is
+            # in the lines pip folds above (often cut from a paste)
+            r"(?:Building wheel|Running setup\.py install) for deepspeed\b[^\n]*\.\.\. error",
+            r"Failed (?:to build|building wheel for) deepspeed\b",
             r"No such file or directory: '[^']*/bin/nvcc'",
             r"nvcc: (?:command )?not found",
             r"The detected CUDA version \([^)]*\) mismatches the version that was used to "
@@ -887,6 +915,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"The checkpoint being loaded used a DP world size of",
             r"Error\(s\) in loading state_dict for",  # torch nn.Module.load_state_dict
             r"size mismatch for \S+: copying a param with shape",  # its indented detail
+            r"^\s*size mismatch for\s*$",  # (round 9) ... wrapped after "for" by a paste
             r"(?:Missing|Unexpected) key\(s\) in state_dict",
             r"HeaderTooLarge|MetadataIncompleteBuffer",  # safetensors
             r"The file might be corrupted",  # torch.load "unexpected EOF, expected N more"
@@ -1026,6 +1055,19 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # 0x56249bd69990) on address 0x7f95aa9ff000. Reason: Page not present or supervisor
             # privilege.", then SIGABRT)
             r"Memory access fault by GPU node-\d+",
+            # -- issue 12, round 9: the sticky CUDA errors by their enum names, as the driver
+            # API (TensorFlow's stream executor: "could not synchronize on CUDA stream:
+            # CUDA_ERROR_ILLEGAL_ADDRESS") and the runtime API (cudaErrorIllegalAddress)
+            # name them; and any CUDA error but out-of-memory (2) in the two check formats
+            # that print a number, not "CUDA error:": Caffe's glog CHECK ("Check failed: error
+            # == cudaSuccess (74 vs. 0)  misaligned address") and pre-1.0 torch's THC
+            # ("THCudaCheck FAIL file=... line=84 error=74 : misaligned address")
+            r"CUDA_ERROR_(?:ILLEGAL_ADDRESS|MISALIGNED_ADDRESS|LAUNCH_FAILED|ILLEGAL_INSTRUCTION"
+            r"|HARDWARE_STACK_ERROR|ECC_UNCORRECTABLE|ASSERT)\b",
+            r"cudaError(?:IllegalAddress|MisalignedAddress|LaunchFailure|IllegalInstruction"
+            r"|HardwareStackError|ECCUncorrectable|Assert)\b",
+            r"cudaSuccess \((?!2 )\d+ vs\. 0\)",
+            r"THCudaCheck FAIL file=\S+ line=\d+ error=(?!2 )\d+ :",
         ),
     ),
     (
@@ -1096,6 +1138,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"NCCL failure\s*:",
             r"\bunhandled (?:system|cuda) error\b",
             r"remote process exited or there was a network error",
+            # (round 9) a multi-node launch that cannot reach its workers: pdsh's report of
+            # ssh failing (255 is ssh's own error: connection or authentication; DeepSpeed's
+            # runner launches through pdsh) and ssh's authentication failure itself
+            r"ssh exited with exit code 255\b",
+            r"Permission denied \(publickey",
             r"NCCL communicator was aborted",
             r"Some NCCL operations have failed or timed out",
             r"watchdog thread terminated with exception",
@@ -1168,7 +1215,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "... ambiguous option: --lr could match --lr_scheduler, --lr_warmup"), the shell
             # not finding the launcher or script ("bash: deepspeed: command not found",
             # "python: can't open file '/w/train.py': [Errno 2] No such file or directory")
-            r"\S: error: (?:argument \S+: |ambiguous option: )",
+            r"(?:^|\S: )error: (?:argument \S+: |ambiguous option: )",
+            # (round 9: a program name with a hyphen, "fairseq-train: error: ...", is peeled
+            # as a host prefix, so the message may start the line) and click's usage errors
+            # (exit 2; click/exceptions.py: "Error: No such command 'run'.", "Error: No such
+            # option: --lr", "Error: Invalid value for '--config'", "Error: Missing option
+            # '--model'", "Error: Got unexpected extra argument (x)")
+            r"^Error: (?:No such (?:command|option)|Invalid value for|Missing (?:argument|option"
+            r"|parameter)|Got unexpected extra arguments?)\b",
             r"(?:^|: )\S+: command not found\s*$",
             r"can't open file .{1,300}?\[Errno 2\] No such file or directory",
             # the port of a previous run still held (c10d server socket, Windows WSAEADDRINUSE)
@@ -1348,7 +1402,7 @@ _IGNORED = "Exception ignored in"
 _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is noise
 # Messages their emitter indents (load_state_dict's per-parameter detail), which the echo
 # test below would otherwise drop as traceback source.
-_INDENTED_MESSAGE = re.compile(r"size mismatch for \S+: copying a param with shape")
+_INDENTED_MESSAGE = re.compile(r"size mismatch for(?: \S+: copying a param with shape|\s*$)")
 # What an echoed traceback frame looks like once its indentation is gone: a frame header, a
 # rich/IPython frame, a statement, a call or an assignment, a string literal (the message
 # inside a multi-line raise), a closing bracket. Anything else indented is a message.

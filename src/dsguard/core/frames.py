@@ -483,9 +483,21 @@ _LOAD_EXC = frozenset(
 )  # fmt: skip
 
 
+# (issue 12, round 9) A generic exception raised on a line, in any library or script, that
+# reads a key of the DeepSpeed config dict: accelerate's "if self.state.deepspeed_plugin.
+# deepspeed_config["fp16"]["enabled"]:" -> KeyError: 'fp16' when the config has no fp16
+# section (accelerate#1271), "ds_config['zero_optimization']['stage']" in a script. The key
+# the config lacks or the value it holds is the cause, not the line.
+_DS_CONFIG_READ = re.compile(r"\b(?:deepspeed_config|ds_config)\s*(?:\[|\.get\()")
+_DS_CONFIG_EXC = frozenset({"KeyError", "TypeError", "ValueError"})
+
+
 def source_kind(source: str, exc: str) -> str | None:
     """checkpoint_error when ``exc`` (a generic class) was raised on a source line that loads
-    a checkpoint (``_LOAD_CALL``), else None."""
+    a checkpoint (``_LOAD_CALL``), ds_config_error on one that reads the DeepSpeed config
+    (``_DS_CONFIG_READ``), else None."""
     if exc in _LOAD_EXC and _LOAD_CALL.search(source) is not None:
         return "checkpoint_error"
+    if exc in _DS_CONFIG_EXC and _DS_CONFIG_READ.search(source) is not None:
+        return "ds_config_error"
     return None
