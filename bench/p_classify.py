@@ -218,7 +218,7 @@ def false_kills(cases: Iterable[Case]) -> list[tuple[str, str]]:
 #: set's misses are never listed or written to the JSON results, so that nobody writes a rule
 #: from them (they are scored, not read).
 TUNING_SETS = ("tune", "tune2", "tune3", "tune4", "tune5", "tune6")
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout8")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -230,6 +230,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "heldout": [c for c in corpus if c.group == "heldout"],
         "heldout2": [c for c in corpus if c.group == "heldout2"],
         "heldout3": [c for c in corpus if c.group == "heldout3"],
+        "heldout8": [c for c in corpus if c.group == "heldout8"],
         "tune2": [c for c in corpus if c.group == "tune2"],
         "tune3": [c for c in corpus if c.group == "tune3"],
         "tune4": [c for c in corpus if c.group == "tune4"],
