@@ -10,14 +10,9 @@ from __future__ import annotations
 import pytest
 
 from dsguard.core.classify import FailureKind, classify_text
+from tests.test_classify_round7 import kind
 
 K = FailureKind
-
-
-def kind(text: str) -> FailureKind:
-    v = classify_text(text if text.endswith("\n") else text + "\n", exit_code=1)
-    assert v is not None
-    return v.kind
 
 
 LINES = [
