@@ -225,20 +225,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     del quick  # a few hundred files: always the full run
     corpus = corpus_cases()
     ext = gpualert_cases()
-    sets = {
-        "tune": [c for c in corpus if c.group == "tune"],
-        "heldout": [c for c in corpus if c.group == "heldout"],
-        "heldout2": [c for c in corpus if c.group == "heldout2"],
-        "heldout3": [c for c in corpus if c.group == "heldout3"],
-        "heldout8": [c for c in corpus if c.group == "heldout8"],
-        "tune2": [c for c in corpus if c.group == "tune2"],
-        "tune3": [c for c in corpus if c.group == "tune3"],
-        "tune4": [c for c in corpus if c.group == "tune4"],
-        "tune5": [c for c in corpus if c.group == "tune5"],
-        "tune6": [c for c in corpus if c.group == "tune6"],
-        "gpualert": ext,
-        "gpualert-wild": [c for c in ext if c.group == "wild"],
-    }
+    # the first tuning set, the held-out sets, the later tuning sets: the order of the report
+    order = (TUNING_SETS[0], *HELDOUT_SETS, *TUNING_SETS[1:])
+    sets = {name: [c for c in corpus if c.group == name] for name in order}
+    sets["gpualert"] = ext
+    sets["gpualert-wild"] = [c for c in ext if c.group == "wild"]
     res: dict[str, Any] = {"sets": {}}
     for name, cases in sets.items():
         s = score(cases)
