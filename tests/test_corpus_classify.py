@@ -136,9 +136,10 @@ def test_tune6_accuracy_floor() -> None:
 def test_tune7_accuracy_floor() -> None:
     """tune7 (99 logs gathered as heldout8 in round 9 by four helpers that never read the
     rules, after the rules were frozen at f409888): 85/99 = 85.9% (unknown 10.1%), scored
-    once, its record as a held-out set; a tuning set since round 10."""
+    once, its record as a held-out set; a tuning set since round 10, whose rules took it to
+    95/99 = 96.0% (unknown 2.0%)."""
     s = _score("tune7")
-    assert s.accuracy >= 0.858 and s.predicted("unknown") <= 10
+    assert s.accuracy >= 0.959 and s.predicted("unknown") <= 2
 
 
 def _with_probable(groups: tuple[str, ...]) -> Score:

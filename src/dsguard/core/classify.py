@@ -411,6 +411,11 @@ _TRIGGERS: tuple[str, ...] = (
     "ERROR_ASSERT",
     "ssh exited with exit code",  # pdsh: "pdsh@host: node: ssh exited with exit code 255"
     "ermission denied (publickey",  # ssh's authentication failure
+    # -- issue 12, round 10 (tune7)
+    "educing to 1",  # DeepSpeed's scaler reaching its floor: "... loss scale: 2, reducing to 1"
+    "code -9",  # a wrapper's "exit code -9", DIGITS' "error code -9" (a SIGKILLed child)
+    "code: -9",
+    "code=-9",
 )
 
 
@@ -985,8 +990,21 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
             # (the value may be logged as a torch tensor's repr: "'grad_norm': tensor(nan,
             # device='cuda:0', dtype=torch.float64)", LLaVA-NeXT#359)
-            r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"]?\s*[:=]?\s*"
+            r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"\]]?\s*[:=|]?\s*"
             r"['\"]?(?:tensor\()?[-+]?(?:nan|inf)\b)",
+            # (round 10) ... also a bracketed key (loguru's "| [Loss] nan |"), a table cell
+            # (the openai logger's "| loss          | nan       |", guided-diffusion and its
+            # forks), and any metric whose name holds "loss" ("IDLoss=nan," MXNet's Speedometer,
+            # "noise_step_loss=nan" in a tqdm postfix, "loss_net: nan"): NaN only, since
+            # "best_val_loss = inf" is how trackers initialise a best value
+            r"(?i:\b\w*loss\w*['\"\]]?\s*[:=|]?\s*['\"]?(?:tensor\()?nan\b)",
+            # TensorFlow's tf.debugging.check_numerics ("InvalidArgumentError: Found Inf or NaN
+            # global norm. : Tensor had NaN values", tf.clip_by_global_norm's own check)
+            r"Tensor had (?:NaN|Inf|Inf and NaN) values",
+            r"Found Inf or NaN global norm",
+            # guided-diffusion's fp16_util.py MixedPrecisionTrainer: the log2 loss scale below
+            # 0 is a scale below 1 ("Found NaN, decreased lg_loss_scale to -16199.354")
+            r"decreased lg_loss_scale to -\d",
             # ... and in words: "loss is nan", "Loss has NaN values" (wav2letter's glog FATAL)
             r"(?i:\b(?:loss|grad(?:ient)? norm) (?:is|became|turned|has|contains) [-+]?"
             r"(?:nan|inf(?:inite)?)\b)",
@@ -1142,6 +1160,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ssh failing (255 is ssh's own error: connection or authentication; DeepSpeed's
             # runner launches through pdsh) and ssh's authentication failure itself
             r"ssh exited with exit code 255\b",
+            # (round 10) ... and DeepSpeed's runner checking its hosts itself (runner.py:
+            # "subprocess.CalledProcessError: Command '['ssh worker-0 hostname -I']' returned
+            # non-zero exit status 255."), DeepSpeed#4649
+            r"Command '\[?['\"]?ssh\b.{0,300}?returned non-zero exit status 255\b",
             r"Permission denied \(publickey",
             r"NCCL communicator was aborted",
             r"Some NCCL operations have failed or timed out",
@@ -1251,6 +1273,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"Signal (\d+) \(SIG\w+\) received by PID"), None),
     (re.compile(r"terminated with signal SIGKILL"), 9),
     (re.compile(r"exited on signal (\d+)"), None),
+    # (issue 12, round 10) a wrapper printing the child's Popen.returncode under another name:
+    # NVIDIA DIGITS' job status "ERROR: error code -9" (DIGITS#1362), "exit code -9"; -9 only,
+    # as other negative codes are a library's own (OpenCL, HRESULTs)
+    (re.compile(r"(?i:\b(?:error|exit|return)[ _]?code\b\s*[:=]?\s*-9\b)"), 9),
     (re.compile(r"=\s+EXIT CODE: (\d+)\b"), None),  # MPICH prints the signal number
     (re.compile(r"(?:exit code|exit status|returned non-zero exit status) 137\b"), 9),
     (re.compile(r"(?:exited with code|exit code:)\s*137\b"), 9),  # docker, kubectl
@@ -1348,11 +1374,21 @@ _RAISED = re.compile(
     r"|\s*what\(\):|terminate called after throwing|.*NCCL WARN Cuda failure)"
 )
 _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
+_NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE}
 # Lines that explain a death only when nothing else does: the interpreter's "Exception
 # ignored in: <function DeepSpeedCPUAdam.__del__>" and what follows it (the optimizer's op
 # never loaded, usually because something failed first; DeepSpeed#1846).
 _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (FailureKind.DS_BUILD_ERROR, re.compile(r"object has no attribute 'ds_opt_adam'")),
+    # DeepSpeed's dynamic loss scaler reaching its default floor of 1 (fp16/loss_scaler.py
+    # update_scale: "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to
+    # 1"): the next overflow raises "Current loss scale already at minimum". A run that
+    # recovers from it is possible, so it explains only a death nothing else explains. (A
+    # scale already at 1 and reduced again is the collapse itself: a rule in _RULES.)
+    (
+        FailureKind.LOSS_DIVERGENCE,
+        re.compile(r"Attempted loss scale: (?!1(?:\.0+)?,)\d+(?:\.\d+)?, reducing to 1(?:\.0+)?\b"),
+    ),
 )
 # (issue 12, round 6) What users write when they paste no log line for a host memory death:
 # "I keep hitting a point where I run out of RAM and the process is Killed", 'I get the
@@ -1361,6 +1397,14 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
 # rule and only where no line of the output says more. A kill the same sentence puts on a
 # time limit, a timeout, a preemption or a person is not taken.
 _PROSE_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
+    # (round 10) an ImportError's message quoted by a wrapper that caught it and logged an
+    # error instead of the traceback (mmengine's CLI: "WARNING: command error: 'cannot import
+    # name 'packaging' from 'pkg_resources' (...)'!", InternLM/xtuner#734): the environment's
+    # packages, the script's problem; "error" on the line keeps optional-import warnings out
+    (
+        FailureKind.USER_CODE_ERROR,
+        re.compile(r"(?i:\berror\b).{0,80}?cannot import name '[^']+' from '"),
+    ),
     # (round 7) the disk in words ("now my disk space is full", "ran out of disk space") and a
     # hang-up in words ("mmlab still catches the SIGHUP signal and dies", a pipeline's
     # "Received OS signal 'hangup'")
@@ -2083,10 +2127,11 @@ def _present_kinds(
     if not strong - {FailureKind.USER_CODE_ERROR, FailureKind.KILLED_EXTERNALLY}:
         # Noise explains the death only when nothing specific does. A weak OOM (only prose
         # says so: _PROSE_RULES) not even over the script's own exception: no user error is
-        # ever taken for an OOM.
+        # ever taken for an OOM. Nor a loss scale that reached its floor (a _WEAK_RULES line a
+        # run may recover from) over an exception that says what did happen.
         weak = {k for k, evs in by_kind.items() if any(ev.weak for ev in evs)}
         if FailureKind.USER_CODE_ERROR in strong:
-            weak -= _FATAL_KINDS
+            weak -= _NOT_OVER_USER_CODE
         strong |= weak
     sigkill = exit.killed or any(ev.sigkill for evs in by_kind.values() for ev in evs)
     external = FailureKind.KILLED_EXTERNALLY in strong  # named in the output

@@ -79,6 +79,12 @@ _CHECKPOINT_EXC = frozenset(
      "UnpicklingError", "OSError", "FileNotFoundError", "IsADirectoryError", "SafetensorError",
      "ZeRORuntimeException", "BadZipFile", "NotImplementedError"}
 )  # fmt: skip
+#: Megatron checkpointing.py's loading functions (core 0.6-0.14 and the older single module)
+_MEGATRON_LOAD = re.compile(
+    r"load_checkpoint|_load_base_checkpoint|_load_global_dist_base_checkpoint"
+    r"|_load_non_persistent_base_checkpoint|load_args_from_checkpoint|read_metadata"
+    r"|find_checkpoint_rank_0|load_biencoder_checkpoint|fix_query_key_value_ordering"
+)
 _NCCL_EXC = frozenset(
     {"RuntimeError", "DistError", "DistBackendError", "DistNetworkError", "DistStoreError",
      "TimeoutError", "ConnectionError", "ConnectionResetError", "ConnectionRefusedError"}
@@ -215,6 +221,22 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"/deepspeed/(?:checkpoint/\w+|utils/zero_to_fp32)\.py$"),
         None,
         _CHECKPOINT_EXC,
+    ),
+    # (issue 12, round 10) Megatron-LM's checkpoint loader (megatron/training/checkpointing.py,
+    # megatron/checkpointing.py before core 0.6; Megatron-DeepSpeed keeps the latter) and its
+    # distributed-checkpoint package: they only find, read and restore a saved iteration
+    # ("KeyError: 'state'" restoring an optimizer saved by another setup, Megatron-LM#3885)
+    (
+        "checkpoint_error",
+        re.compile(r"/megatron/(?:training/)?checkpointing\.py$"),
+        _MEGATRON_LOAD,
+        _CHECKPOINT_EXC | {"TypeError", "IndexError"},
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/megatron/core/dist_checkpointing/(?:\w+/)*\w+\.py$"),
+        re.compile(r"load\w*|_load\w*|validate\w*|\w*load_\w*"),
+        _CHECKPOINT_EXC | {"TypeError", "IndexError", "CheckpointingException"},
     ),
     # runtime/state_dict_factory.py: SDLoaderFactory / SDLoaderBase / MegatronSDLoader, which
     # only find, load, merge and split model-parallel checkpoint files (deepspeed 0.19.8)
@@ -418,6 +440,13 @@ _CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
         "checkpoint_error",
         re.compile(r"/deepspeed/runtime/state_dict_factory\.py$"),
         re.compile(r".+"),
+    ),
+    # (issue 12, round 10) Megatron's checkpoint loader (see _FRAME_TABLE): a traceback cut
+    # inside load_checkpoint is a resume that failed, whichever rank's excerpt survived
+    (
+        "checkpoint_error",
+        re.compile(r"/megatron/(?:training/)?checkpointing\.py$"),
+        _MEGATRON_LOAD,
     ),
     # (issue 12, round 6) torch elastic's rendezvous (dynamic_rendezvous.py, the c10d and
     # etcd backends, utils.py): a traceback cut inside it is the rendezvous failing to reach
