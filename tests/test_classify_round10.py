@@ -36,6 +36,7 @@ LINES = [
     ),
     ("02:31:56: train iter: 100 loss_net: nan loss_scale: 785.4200 norm: nan", None),
     ("| loss          | nan       |", None),
+    ("| loss                          | nan          |", None),  # padded to a long key
     ("Steps:   0%|▏     | 17/6000 [00:58<4:50:05,  2.91s/it, lr=0, noise_step_loss=nan]", None),
     # TensorFlow's numeric checks
     (
@@ -140,6 +141,7 @@ def test_the_scaler_reaching_1_is_weak_and_a_scale_stuck_at_1_is_not() -> None:
         "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 32768, reducing to "
         "16384",
         "best_val_loss = inf",
+        "aux_loss_nan: 0 | skip_loss_nan_count: 0",
         "Epoch[1] Batch[6] Speed: 136.34 samples/sec,  IDLoss=70.405,",
         "| loss          | 0.0231    |",
         "Found NaN, decreased lg_loss_scale to 14.000",

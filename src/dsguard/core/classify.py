@@ -996,8 +996,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (the openai logger's "| loss          | nan       |", guided-diffusion and its
             # forks), and any metric whose name holds "loss" ("IDLoss=nan," MXNet's Speedometer,
             # "noise_step_loss=nan" in a tqdm postfix, "loss_net: nan"): NaN only, since
-            # "best_val_loss = inf" is how trackers initialise a best value
-            r"(?i:\b\w*loss\w*['\"\]]?\s*[:=|]?\s*['\"]?(?:tensor\()?nan\b)",
+            # "best_val_loss = inf" is how trackers initialise a best value. A separator must
+            # follow the name, so a counter named "loss_nan: 0" is not a NaN
+            r"(?i:\b\w*loss\w*['\"\]\s:=|]{1,40}(?:tensor\()?nan\b)",
             # TensorFlow's tf.debugging.check_numerics ("InvalidArgumentError: Found Inf or NaN
             # global norm. : Tensor had NaN values", tf.clip_by_global_norm's own check)
             r"Tensor had (?:NaN|Inf|Inf and NaN) values",
