@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from dsguard.core.classify import FailureKind, StreamClassifier, classify_text
+from dsguard.core.classify import FailureKind, classify_text
+from tests.test_classify import evidence_of
 from tests.test_classify_round7 import kind
 
 K = FailureKind
@@ -110,6 +111,21 @@ def test_a_generic_error_raised_in_megatrons_loader_is_a_checkpoint_error() -> N
     assert kind(text) is K.CHECKPOINT_ERROR
 
 
+def test_a_generic_error_raised_in_megatrons_dist_checkpointing_load_is_a_checkpoint_error() -> (
+    None
+):
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/w/megatron/core/dist_checkpointing/serialization.py", line 120, in load\n'
+        "    sharded_state_dict = validate_sharded_objects_handling(sharded_strategy)\n"
+        '  File "/w/megatron/core/dist_checkpointing/validation.py", line 88, in'
+        " validate_sharding_integrity\n"
+        "    raise CheckpointingException(f'Invalid access pattern for {shard}')\n"
+        "megatron.core.dist_checkpointing.core.CheckpointingException: Invalid access pattern\n"
+    )
+    assert kind(text) is K.CHECKPOINT_ERROR
+
+
 def test_the_same_error_in_megatrons_save_path_stays_the_scripts() -> None:
     text = (
         "Traceback (most recent call last):\n"
@@ -121,9 +137,7 @@ def test_the_same_error_in_megatrons_save_path_stays_the_scripts() -> None:
 
 
 def _evidence(line: str) -> list[tuple[FailureKind, bool]]:
-    s = StreamClassifier()
-    found = s.feed(line + "\n") + s.close()
-    return [(ev.kind, ev.weak) for ev in found]
+    return [(ev.kind, ev.weak) for ev in evidence_of(line + "\n")]
 
 
 def test_the_scaler_reaching_1_is_weak_and_a_scale_stuck_at_1_is_not() -> None:

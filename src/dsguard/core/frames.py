@@ -79,7 +79,9 @@ _CHECKPOINT_EXC = frozenset(
      "UnpicklingError", "OSError", "FileNotFoundError", "IsADirectoryError", "SafetensorError",
      "ZeRORuntimeException", "BadZipFile", "NotImplementedError"}
 )  # fmt: skip
-#: Megatron checkpointing.py's loading functions (core 0.6-0.14 and the older single module)
+#: Megatron's checkpoint module (megatron/training/checkpointing.py; megatron/checkpointing.py
+#: before core 0.6 and in Megatron-DeepSpeed) and its loading functions
+_MEGATRON_CHECKPOINTING = re.compile(r"/megatron/(?:training/)?checkpointing\.py$")
 _MEGATRON_LOAD = re.compile(
     r"load_checkpoint|_load_base_checkpoint|_load_global_dist_base_checkpoint"
     r"|_load_non_persistent_base_checkpoint|load_args_from_checkpoint|read_metadata"
@@ -228,14 +230,14 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
     # ("KeyError: 'state'" restoring an optimizer saved by another setup, Megatron-LM#3885)
     (
         "checkpoint_error",
-        re.compile(r"/megatron/(?:training/)?checkpointing\.py$"),
+        _MEGATRON_CHECKPOINTING,
         _MEGATRON_LOAD,
         _CHECKPOINT_EXC | {"TypeError", "IndexError"},
     ),
     (
         "checkpoint_error",
         re.compile(r"/megatron/core/dist_checkpointing/(?:\w+/)*\w+\.py$"),
-        re.compile(r"load\w*|_load\w*|validate\w*|\w*load_\w*"),
+        re.compile(r"\w*load\w*|validate\w*"),
         _CHECKPOINT_EXC | {"TypeError", "IndexError", "CheckpointingException"},
     ),
     # runtime/state_dict_factory.py: SDLoaderFactory / SDLoaderBase / MegatronSDLoader, which
@@ -443,11 +445,7 @@ _CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
     ),
     # (issue 12, round 10) Megatron's checkpoint loader (see _FRAME_TABLE): a traceback cut
     # inside load_checkpoint is a resume that failed, whichever rank's excerpt survived
-    (
-        "checkpoint_error",
-        re.compile(r"/megatron/(?:training/)?checkpointing\.py$"),
-        _MEGATRON_LOAD,
-    ),
+    ("checkpoint_error", _MEGATRON_CHECKPOINTING, _MEGATRON_LOAD),
     # (issue 12, round 6) torch elastic's rendezvous (dynamic_rendezvous.py, the c10d and
     # etcd backends, utils.py): a traceback cut inside it is the rendezvous failing to reach
     # its store or its peers (RendezvousConnectionError, RendezvousTimeoutError,
