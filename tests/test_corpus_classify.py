@@ -137,17 +137,18 @@ def test_tune7_accuracy_floor() -> None:
     """tune7 (99 logs gathered as heldout8 in round 9 by four helpers that never read the
     rules, after the rules were frozen at f409888): 85/99 = 85.9% (unknown 10.1%), scored
     once, its record as a held-out set; a tuning set since round 10, whose rules took it to
-    95/99 = 96.0% (unknown 2.0%)."""
+    95/99 = 96.0% (unknown 2.0%), and round 11's to 96/99 = 97.0% (unknown 1.0%)."""
     s = _score("tune7")
-    assert s.accuracy >= 0.959 and s.predicted("unknown") <= 2
+    assert s.accuracy >= 0.969 and s.predicted("unknown") <= 1
 
 
 def test_tune8_accuracy_floor() -> None:
     """tune8 (69 logs gathered as heldout9 in round 10 by four helpers that never read the
     rules, after the rules were frozen at e4792a7): 65/69 = 94.2% (unknown 5.8%), scored once,
-    its record as a held-out set; a tuning set since round 11."""
+    its record as a held-out set; a tuning set since round 11, whose rules took it to 68/69 =
+    98.6% (unknown 1.4%)."""
     s = _score("tune8")
-    assert s.accuracy >= 0.942 and s.predicted("unknown") <= 4
+    assert s.accuracy >= 0.985 and s.predicted("unknown") <= 1
 
 
 def _with_probable(groups: tuple[str, ...]) -> Score:
@@ -157,13 +158,13 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
-    held-out sets (296 logs): 287 right (97.0%), no kind named for 1 (0.3%); the rules alone:
-    92.2%, 5.7%. Floors at those figures. The three sets have been scored every round since
-    they were gathered (never read, never written from), so this figure leans on sets that are
-    no longer fresh: the issue's targets are judged on the newest set, scored once (below and
-    bench/RESULTS.md)."""
+    held-out sets (296 logs): 288 right (97.3%), no kind named for 1 (0.3%); the rules alone:
+    92.6%, 5.7% (round 11's rules; 287 and 92.2% before them). Floors at those figures. The
+    three sets have been scored every round since they were gathered (never read, never
+    written from), so this figure leans on sets that are no longer fresh: the issue's targets
+    are judged on the newest set, scored once (below and bench/RESULTS.md)."""
     s = _with_probable(HELDOUT)
-    assert s.accuracy >= 0.969 and s.predicted("unknown") / s.n < 0.03
+    assert s.accuracy >= 0.972 and s.predicted("unknown") / s.n < 0.03
 
 
 @pytest.mark.parametrize("group", HELDOUT)

@@ -51,6 +51,7 @@ from dsguard.core.frames import (
     in_shared_memory,
     parse_frame,
     source_kind,
+    value_kind,
 )
 
 __all__ = [
@@ -557,6 +558,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # file=/pytorch/aten/src/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
             # error 2 is cudaErrorMemoryAllocation)
             r"THCudaCheck FAIL file=\S+ line=\d+ error=2 : out of memory",
+            # -- round 11: mshadow's and dmlc's CUDA_CALL (MXNet, ps-lite): "CHECK_EQ(e,
+            # cudaSuccess) << "CUDA: " << cudaGetErrorString(e)", printed as "Check failed: e
+            # == cudaSuccess CUDA: out of memory" in a dmlc::Error's what()
+            r"\bCUDA: out of memory\b",
         ),
     ),
     (
@@ -999,6 +1004,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "best_val_loss = inf" is how trackers initialise a best value. A separator must
             # follow the name, so a counter named "loss_nan: 0" is not a NaN
             r"(?i:\b\w*loss\w*['\"\]\s:=|]{1,40}(?:tensor\()?nan\b)",
+            # (round 11) a step-led row of numbers in which every value is NaN: a script's own
+            # "print(step, loss)" ("76980 nan", prajdabre/yanmtt#7), DeepXDE's loss table
+            # ("2000      [nan]         [nan]         [nan]"). Every value, lower-case "nan"
+            # only: a row with one NaN among numbers is a metric not computed yet, and
+            # pandas prints a missing cell as "NaN"
+            r"^\s*\d+(?:[ \t]+\[?nan\]?,?)+\s*$",
             # TensorFlow's tf.debugging.check_numerics ("InvalidArgumentError: Found Inf or NaN
             # global norm. : Tensor had NaN values", tf.clip_by_global_norm's own check)
             r"Tensor had (?:NaN|Inf|Inf and NaN) values",
@@ -1283,7 +1294,13 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"(?:exited with code|exit code:)\s*137\b"), 9),  # docker, kubectl
     # alone on its line, or glued to the progress output it interrupted ("...it/s]Killed",
     # "ETA: 20s已杀死"); the localized words never appear in healthy English logs
-    (re.compile(r"(?:^|[\]|>%\d]|\ds)[\s*]*(?:Killed|Getötet|Убито|Processus arrêté)[\s*.]*$"), 9),
+    # (round 11: macOS's shells print "Killed: 9", the signal's number after the word)
+    (
+        re.compile(
+            r"(?:^|[\]|>%\d]|\ds)[\s*]*(?:Killed(?:: 9)?|Getötet|Убито|Processus arrêté)[\s*.]*$"
+        ),
+        9,
+    ),
     (re.compile(r"已杀死"), 9),
     (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
     (re.compile(r"^zsh: killed\b"), 9),
@@ -1925,16 +1942,18 @@ class StreamClassifier:
             if r is not None and (r.group(1) or "").rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             return None
-        ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1], line_no)
+        ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1], line_no, body[m.end() :])
         if ended is None:
             return None
         if ended is FailureKind.DS_BUILD_ERROR:
             return make(ended, m)
         return make(ended, m, weak=line_no <= self._ignored_until)
 
-    def _end_traceback(self, rank: int | None, name: str, line_no: int) -> FailureKind | None:
-        """The kind of the exception ``name`` that ends the rank's traceback (None: a launcher
-        wrapper, which says only that a child failed)."""
+    def _end_traceback(
+        self, rank: int | None, name: str, line_no: int, message: str = ""
+    ) -> FailureKind | None:
+        """The kind of the exception ``name`` (its ``message`` after the class name) that ends
+        the rank's traceback (None: a launcher wrapper, which says only that a child failed)."""
         frames = self._pop_frames(rank, line_no)
         closed = rank not in self._frames
         if closed:
@@ -1949,6 +1968,9 @@ class StreamClassifier:
         # A generic exception raised inside a framework's config, checkpoint-loading or c10d
         # code is that kind of failure; raised anywhere else it is the script's own.
         named = frame_kind(frames, name) if frames else None
+        if named is None and frames:
+            # a string where DeepSpeed's code needs a number: a config value (round 11)
+            named = value_kind(frames, name, message)
         if named is None and frames:
             # raised on the script's own line that loads a checkpoint (round 6)
             named = source_kind(self._frame_src.get(rank, ""), name)

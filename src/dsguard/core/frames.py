@@ -519,6 +519,31 @@ _DS_CONFIG_READ = re.compile(r"\b(?:deepspeed_config|ds_config)\s*(?:\[|\.get\()
 _DS_CONFIG_EXC = frozenset({"KeyError", "TypeError", "ValueError"})
 
 
+# (issue 12, round 11) A string where DeepSpeed's own code needs a number: a config value
+# left as "auto" where no Trainer fills it in, or a number written in quotes. The TypeError is
+# raised wherever DeepSpeed first uses the value, not where it reads the config: engine.py's
+# "if self.gradient_clipping() > 0.0" (DeepSpeed#1270), lr_schedules.py's "max(2,
+# warmup_num_steps)" under a scheduler built from the config (LianjiaTech/BELLE#558). Only a
+# str against an int or a float, and only raised in DeepSpeed's code: the same message from
+# torch.optim is a YAML loader reading "1e-5" as a string, the script's own config.
+_STR_NUMBER = re.compile(
+    r"(?:not supported between instances of|unsupported operand type\(s\) for [^:]{1,3}:)"
+    r" '(?:str' and '(?:int|float)|(?:int|float)' and 'str)'"
+)
+_DEEPSPEED_CODE = re.compile(r"/deepspeed/(?!ops/|op_builder/)")
+
+
+def value_kind(frames: Sequence[tuple[str, str]], exc: str, message: str) -> str | None:
+    """ds_config_error for a TypeError between a str and a number raised in DeepSpeed's own
+    code (``_STR_NUMBER``), else None."""
+    if exc != "TypeError" or _STR_NUMBER.search(message) is None:
+        return None
+    for path, _ in reversed(frames):
+        if _PASS_THROUGH.search(path) is None:
+            return "ds_config_error" if _DEEPSPEED_CODE.search(path) is not None else None
+    return None
+
+
 def source_kind(source: str, exc: str) -> str | None:
     """checkpoint_error when ``exc`` (a generic class) was raised on a source line that loads
     a checkpoint (``_LOAD_CALL``), ds_config_error on one that reads the DeepSpeed config
