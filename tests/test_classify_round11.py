@@ -119,6 +119,14 @@ def test_the_same_message_elsewhere_stays_the_scripts() -> None:
     assert kind(other) is K.USER_CODE_ERROR
     str_list = _DS_TRACE + "TypeError: '>' not supported between instances of 'str' and 'list'"
     assert kind(str_list) is K.USER_CODE_ERROR
+    # a user whose home is /home/deepspeed: the script is theirs, not the package's
+    users = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/deepspeed/train.py", line 12, in <module>\n'
+        "    if steps > 0:\n"
+        "TypeError: '>' not supported between instances of 'str' and 'int'\n"
+    )
+    assert kind(users) is K.USER_CODE_ERROR
 
 
 @pytest.mark.parametrize(

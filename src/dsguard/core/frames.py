@@ -530,7 +530,13 @@ _STR_NUMBER = re.compile(
     r"(?:not supported between instances of|unsupported operand type\(s\) for [^:]{1,3}:)"
     r" '(?:str' and '(?:int|float)|(?:int|float)' and 'str)'"
 )
-_DEEPSPEED_CODE = re.compile(r"/deepspeed/(?!ops/|op_builder/)")
+# The package's own modules, not any path with a "deepspeed" directory in it: a user named
+# deepspeed (/home/deepspeed/train.py, LianjiaTech/BELLE#558) runs scripts of their own
+_DEEPSPEED_CODE = re.compile(
+    r"/deepspeed/(?:__init__\.py$|(?:runtime|ops|utils|comm|moe|pipe|checkpoint|module_inject"
+    r"|inference|compression|monitor|accelerator|sequence|linear|compile|io|nvme|autotuning"
+    r"|profiling|datastates|launcher)/)"
+)
 
 
 def value_kind(frames: Sequence[tuple[str, str]], exc: str, message: str) -> str | None:
