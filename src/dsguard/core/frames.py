@@ -531,11 +531,12 @@ _STR_NUMBER = re.compile(
     r" '(?:str' and '(?:int|float)|(?:int|float)' and 'str)'"
 )
 # The package's own modules, not any path with a "deepspeed" directory in it: a user named
-# deepspeed (/home/deepspeed/train.py, LianjiaTech/BELLE#558) runs scripts of their own
+# deepspeed (/home/deepspeed/train.py, LianjiaTech/BELLE#558) runs scripts of their own. Not
+# the launcher: its values are command-line arguments and hostfile entries, not the config
 _DEEPSPEED_CODE = re.compile(
     r"/deepspeed/(?:__init__\.py$|(?:runtime|ops|utils|comm|moe|pipe|checkpoint|module_inject"
     r"|inference|compression|monitor|accelerator|sequence|linear|compile|io|nvme|autotuning"
-    r"|profiling|datastates|launcher)/)"
+    r"|profiling|datastates)/)"
 )
 
 
