@@ -395,17 +395,25 @@ def frame_kind(frames: Sequence[tuple[str, str]], exc: str) -> str | None:
     last dotted component. The innermost frame outside the pass-through modules decides: a
     framework function whose raises all mean one kind names it, anything else names nothing.
     """
-    for path, func in reversed(frames):
-        if _PASS_THROUGH.search(path) is not None:
-            continue
-        for kind, path_rx, func_rx, classes in _FRAME_TABLE:
-            if (
-                exc in classes
-                and path_rx.search(path) is not None
-                and (func_rx is None or func_rx.fullmatch(func) is not None)
-            ):
-                return kind
+    site = _raise_site(frames)
+    if site is None:
         return None
+    path, func = site
+    for kind, path_rx, func_rx, classes in _FRAME_TABLE:
+        if (
+            exc in classes
+            and path_rx.search(path) is not None
+            and (func_rx is None or func_rx.fullmatch(func) is not None)
+        ):
+            return kind
+    return None
+
+
+def _raise_site(frames: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """The innermost frame outside the pass-through modules (the code that raised), or None."""
+    for frame in reversed(frames):
+        if _PASS_THROUGH.search(frame[0]) is None:
+            return frame
     return None
 
 
@@ -545,10 +553,10 @@ def value_kind(frames: Sequence[tuple[str, str]], exc: str, message: str) -> str
     code (``_STR_NUMBER``), else None."""
     if exc != "TypeError" or _STR_NUMBER.search(message) is None:
         return None
-    for path, _ in reversed(frames):
-        if _PASS_THROUGH.search(path) is None:
-            return "ds_config_error" if _DEEPSPEED_CODE.search(path) is not None else None
-    return None
+    site = _raise_site(frames)
+    if site is None or _DEEPSPEED_CODE.search(site[0]) is None:
+        return None
+    return "ds_config_error"
 
 
 def source_kind(source: str, exc: str) -> str | None:
