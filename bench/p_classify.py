@@ -16,8 +16,8 @@ Three sets, scored separately:
   once on them, a tuning set in round 9); ``tune7`` (``heldout8``, gathered after round 9's
   rules were frozen and scored once on them, a tuning set in round 10); ``tune8`` (``heldout9``,
   gathered after round 10's rules were frozen and scored once on them, a tuning set in round
-  11); ``heldout10`` (gathered after round 11's rules were frozen, scored once on them: the
-  fresh set);
+  11); ``tune9`` (``heldout10``, gathered after round 11's rules were frozen and scored once on
+  them, a tuning set in round 12);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -221,8 +221,8 @@ def false_kills(cases: Iterable[Case]) -> list[tuple[str, str]]:
 #: The sets whose misses may be printed by name: the ones the rules are tuned on. A held-out
 #: set's misses are never listed or written to the JSON results, so that nobody writes a rule
 #: from them (they are scored, not read).
-TUNING_SETS = ("tune", "tune2", "tune3", "tune4", "tune5", "tune6", "tune7", "tune8")
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout10")
+TUNING_SETS = ("tune", "tune2", "tune3", "tune4", "tune5", "tune6", "tune7", "tune8", "tune9")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:

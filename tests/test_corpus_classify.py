@@ -43,9 +43,9 @@ def test_corpus_is_real_and_split() -> None:
     """At least 1199 labelled failures in 12 kinds and 45 mentions, every split used (the
     tuning splits ``tune``, ``tune2``, ``tune3`` (``heldout4`` until round 5), ``tune4``
     (``heldout5`` until round 6), ``tune5`` (``heldout6`` until round 7), ``tune6``
-    (``heldout7`` until round 9), ``tune7`` (``heldout8`` until round 10) and ``tune8``
-    (``heldout9`` until round 11), the held-out ``heldout``, ``heldout2``, ``heldout3`` and
-    ``heldout10``)."""
+    (``heldout7`` until round 9), ``tune7`` (``heldout8`` until round 10), ``tune8``
+    (``heldout9`` until round 11) and ``tune9`` (``heldout10`` until round 12), the held-out
+    ``heldout``, ``heldout2`` and ``heldout3``)."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 1199
     assert len({c.label for c in failures}) == 12
@@ -60,8 +60,8 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 
 #: The one set on which a ladder kind fell below 0.98 when it was scored once: on heldout10
 #: (round 11's rules) a cuda_oom was taken for a host_oom, 8 of 9 host_oom verdicts right
-#: (0.89). Held as a strict xfail, not read: it is a held-out set.
-_IMPRECISE = {"heldout10": "host_oom precision 8/9 = 0.89 on the fresh heldout10 (issue 12)"}
+#: (0.89). A tuning set (tune9) since round 12, whose rules are written from it.
+_IMPRECISE = {"tune9": "host_oom precision 8/9 = 0.89 on tune9 (heldout10 when scored once)"}
 
 
 @pytest.mark.parametrize(
@@ -166,21 +166,12 @@ def test_tune8_accuracy_floor() -> None:
     assert s.accuracy >= 0.985 and s.predicted("unknown") <= 1
 
 
-def test_heldout10_accuracy_floor() -> None:
-    """heldout10 (69 logs gathered in round 11 by six helpers that never read the rules,
-    after the rules were frozen at e02441e): 66/69 = 95.7% (unknown 2.9%), scored once; its
-    record as a held-out set, held as a floor."""
-    s = _score("heldout10")
+def test_tune9_accuracy_floor() -> None:
+    """tune9 (69 logs gathered as heldout10 in round 11 by six helpers that never read the
+    rules, after the rules were frozen at e02441e): 66/69 = 95.7% (unknown 2.9%), scored once,
+    its record as a held-out set; a tuning set since round 12."""
+    s = _score("tune9")
     assert s.accuracy >= 0.956 and s.predicted("unknown") <= 2
-
-
-def test_the_fresh_set_meets_the_accuracy_and_unknown_targets() -> None:
-    """The issue's accuracy targets on the newest held-out set, scored once on frozen rules:
-    >= 95% right and ``unknown`` below 3%. heldout10: 66/69 = 95.7%, 2 unknown (2.9%), on the
-    rules alone; the first fresh set to meet both. (69 logs: one log is 1.4 points.) Its
-    ladder precision is the strict xfail in test_ladder_kinds_are_precise."""
-    s = _score("heldout10")
-    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
 def _with_probable(groups: tuple[str, ...]) -> Score:
@@ -189,20 +180,14 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
-    (core/lexicon.py, built from the tuning splits only; never acted on), over the four
-    held-out sets (365 logs): 356 right (97.5%), no kind named for 1 (0.3%); the rules alone:
-    93.2%, 5.2%. Floors at those figures. Three of the sets have been scored every round since
-    they were gathered (never read, never written from), so this figure leans on sets that are
-    no longer fresh: the issue's targets are judged on the newest set, scored once (below and
-    bench/RESULTS.md)."""
+    (core/lexicon.py, built from the tuning splits only; never acted on), over the three
+    held-out sets (296 logs): 287 right (97.0%), no kind named for 2 (0.7%); the rules alone:
+    92.6%, 5.7%. Floors at those figures. The sets have been scored every round since they
+    were gathered (never read, never written from), so this figure leans on sets that are no
+    longer fresh: the issue's targets are judged on the newest set, scored once
+    (bench/RESULTS.md)."""
     s = _with_probable(HELDOUT)
-    assert s.accuracy >= 0.975 and s.predicted("unknown") / s.n < 0.03
-
-
-def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
-    """heldout10 read with the probable kind: 68/69 = 98.6%, nothing named 0; floors there."""
-    s = _with_probable(("heldout10",))
-    assert s.accuracy >= 0.985 and s.predicted("unknown") == 0
+    assert s.accuracy >= 0.969 and s.predicted("unknown") / s.n < 0.03
 
 
 @pytest.mark.parametrize("group", HELDOUT)
