@@ -414,6 +414,8 @@ _TRIGGERS: tuple[str, ...] = (
     "ermission denied (publickey",  # ssh's authentication failure
     # -- issue 12, round 10 (tune7)
     "educing to 1",  # DeepSpeed's scaler reaching its floor: "... loss scale: 2, reducing to 1"
+    # -- round 12 (tune9): each shares its first character with a trigger above
+    "oss scale from",  # DeepSpeed's fused_optimizer: "Reducing dynamic loss scale from 1 to 1"
     "code -9",  # a wrapper's "exit code -9", DIGITS' "error code -9" (a SIGKILLed child)
     "code: -9",
     "code=-9",
@@ -562,6 +564,19 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # cudaSuccess) << "CUDA: " << cudaGetErrorString(e)", printed as "Check failed: e
             # == cudaSuccess CUDA: out of memory" in a dmlc::Error's what()
             r"\bCUDA: out of memory\b",
+            # -- round 12: PyCUDA's driver-API errors ("pycuda._driver.MemoryError: cuMemAlloc
+            # failed: out of memory", NervanaSystems/deepspeech#10: its MemoryError is
+            # CUDA_ERROR_OUT_OF_MEMORY, not the host's), for any cu* call but the pinned host
+            # allocations (cuMemHostAlloc, cuMemHostRegister), which are host memory
+            r"\bcu(?!MemHost)[A-Z]\w* failed: out of memory",
+            # TensorFlow's GPU BFC allocator giving up: 1.x's GPUBFCAllocator ("Ran out of
+            # memory trying to allocate 957.03MiB.  See logs for memory state.", before the
+            # op's "Resource exhausted: OOM when allocating tensor" that names no device) and
+            # 2.x's "Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.2KiB (rounded
+            # to 1280)requested by op ...". Not the retry that goes on: "... with
+            # freed_by_count=0. The caller indicates that this is not a failure"
+            r"\bRan out of memory trying to allocate [\d.]+\w*\.\s+See logs for memory state",
+            r"Allocator \(GPU_\d+_bfc\) ran out of memory trying to allocate \S+ \(rounded to",
         ),
     ),
     (
@@ -582,7 +597,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"unable to write to file </torch_",
             r"unable to open shared memory object",
             r"std::bad_alloc",  # C++ heap exhaustion ("what():  std::bad_alloc")
-            r"(?<![A-Za-z])MemoryError\b",  # Python's own allocation failure
+            # Python's own allocation failure; not PyCUDA's class of the same name, which is
+            # the driver's CUDA_ERROR_OUT_OF_MEMORY (device memory: a rule above), except for
+            # its pinned host allocations (round 12)
+            r"(?<![A-Za-z])(?<!pycuda\._driver\.)MemoryError\b",
+            r"\bcuMemHost\w* failed: out of memory",
             # kernel records (mm/oom_kill.c) when a wrapper tails the kernel log: these are the
             # explicit confirmation a bare "Killed" is not
             r"Out of memory: Kill(?:ed)? process",
@@ -1031,6 +1050,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
+            # (round 12) ... and DeepSpeed's fused/unfused fp16 optimizers' verbose wording
+            # (runtime/fp16/fused_optimizer.py _update_scale: "Reducing dynamic loss scale from
+            # 1 to 1", DeepSpeed#697): the new scale is max(scale / factor, min_loss_scale), so
+            # one equal to the old is a scale already at its floor that overflowed again,
+            # whatever the floor was set to
+            r"Reducing dynamic loss scale from (?P<floor>\d+)(?:\.0+)? to (?P=floor)"
+            r"(?:\.0+)?(?![.\d])",
             # (round 6) ... or at or below 1 in any spelling: a scale that reached 0.0 (ru-gpts'
             # "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 0.0, reducing
             # to 0.0" on every step) has no gradient left at all
