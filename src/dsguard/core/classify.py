@@ -414,11 +414,11 @@ _TRIGGERS: tuple[str, ...] = (
     "ermission denied (publickey",  # ssh's authentication failure
     # -- issue 12, round 10 (tune7)
     "educing to 1",  # DeepSpeed's scaler reaching its floor: "... loss scale: 2, reducing to 1"
-    # -- round 12 (tune9): each shares its first character with a trigger above
-    "oss scale from",  # DeepSpeed's fused_optimizer: "Reducing dynamic loss scale from 1 to 1"
     "code -9",  # a wrapper's "exit code -9", DIGITS' "error code -9" (a SIGKILLed child)
     "code: -9",
     "code=-9",
+    # -- round 12 (tune9): each shares its first character with a trigger above
+    "oss scale from",  # DeepSpeed's fused_optimizer: "Reducing dynamic loss scale from 1 to 1"
 )
 
 
@@ -567,7 +567,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # -- round 12: PyCUDA's driver-API errors ("pycuda._driver.MemoryError: cuMemAlloc
             # failed: out of memory", NervanaSystems/deepspeech#10: its MemoryError is
             # CUDA_ERROR_OUT_OF_MEMORY, not the host's), for any cu* call but the pinned host
-            # allocations (cuMemHostAlloc, cuMemHostRegister), which are host memory
+            # allocations (cuMemHostAlloc, cuMemHostRegister): those are host memory, left to
+            # the MemoryError rule below (the first kind in this table whose rule matches a
+            # line is that line's evidence, so the device rule needs no exception there)
             r"\bcu(?!MemHost)[A-Z]\w* failed: out of memory",
             # TensorFlow's GPU BFC allocator giving up: 1.x's GPUBFCAllocator ("Ran out of
             # memory trying to allocate 957.03MiB.  See logs for memory state.", before the
@@ -597,11 +599,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"unable to write to file </torch_",
             r"unable to open shared memory object",
             r"std::bad_alloc",  # C++ heap exhaustion ("what():  std::bad_alloc")
-            # Python's own allocation failure; not PyCUDA's class of the same name, which is
-            # the driver's CUDA_ERROR_OUT_OF_MEMORY (device memory: a rule above), except for
-            # its pinned host allocations (round 12)
-            r"(?<![A-Za-z])(?<!pycuda\._driver\.)MemoryError\b",
-            r"\bcuMemHost\w* failed: out of memory",
+            r"(?<![A-Za-z])MemoryError\b",  # Python's own allocation failure
             # kernel records (mm/oom_kill.c) when a wrapper tails the kernel log: these are the
             # explicit confirmation a bare "Killed" is not
             r"Out of memory: Kill(?:ed)? process",
