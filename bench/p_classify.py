@@ -17,8 +17,8 @@ Three sets, scored separately:
   rules were frozen and scored once on them, a tuning set in round 10); ``tune8`` (``heldout9``,
   gathered after round 10's rules were frozen and scored once on them, a tuning set in round
   11); ``tune9`` (``heldout10``, gathered after round 11's rules were frozen and scored once on
-  them, a tuning set in round 12); ``heldout11`` (gathered after round 12's rules were frozen,
-  scored once on them: the fresh set);
+  them, a tuning set in round 12); ``tune10`` (``heldout11``, gathered after round 12's rules
+  were frozen and scored once on them, a tuning set in round 13);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -222,8 +222,19 @@ def false_kills(cases: Iterable[Case]) -> list[tuple[str, str]]:
 #: The sets whose misses may be printed by name: the ones the rules are tuned on. A held-out
 #: set's misses are never listed or written to the JSON results, so that nobody writes a rule
 #: from them (they are scored, not read).
-TUNING_SETS = ("tune", "tune2", "tune3", "tune4", "tune5", "tune6", "tune7", "tune8", "tune9")
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout11")
+TUNING_SETS = (
+    "tune",
+    "tune2",
+    "tune3",
+    "tune4",
+    "tune5",
+    "tune6",
+    "tune7",
+    "tune8",
+    "tune9",
+    "tune10",
+)
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
