@@ -419,6 +419,10 @@ _TRIGGERS: tuple[str, ...] = (
     "code=-9",
     # -- round 12 (tune9): each shares its first character with a trigger above
     "oss scale from",  # DeepSpeed's fused_optimizer: "Reducing dynamic loss scale from 1 to 1"
+    # -- round 13 (tune10): each shares its first character with a trigger above
+    "Attempting to allocate ",  # the TPU runtime's HBM allocator: "... That was not possible"
+    "Attempting to reserve ",
+    "alue should be one of int",  # torch.utils.tensorboard hparams(): a config value refused
 )
 
 
@@ -579,6 +583,21 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # freed_by_count=0. The caller indicates that this is not a failure"
             r"\bRan out of memory trying to allocate [\d.]+\w*\.\s+See logs for memory state",
             r"Allocator \(GPU_\d+_bfc\) ran out of memory trying to allocate \S+ \(rounded to",
+            # -- round 13: Caffe2's CUDA_ENFORCE (Detectron v1, caffe2/core/context_gpu.h),
+            # c10's enforce format "[enforce fail at event_gpu.cc:17] error == cudaSuccess. 2 vs
+            # 0. Error at: .../event_gpu.cc:17: out of memory" (2: cudaErrorMemoryAllocation;
+            # any other code is cuda_fatal's); the TPU runtime's HBM allocator through XLA
+            # ("RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That
+            # was not possible.", pytorch/xla; "Attempting to allocate 180.59M. That was not
+            # possible. There are 142.58M free.; (0x3x0_HBM1)"): device memory, and a smaller
+            # batch is what helps; and the CUDA error string cut from its "failed" by a
+            # mid-word wrap in a pasted log ("... cudaMalloc fail" / "ed: out of memory",
+            # TuSimple/mx-maskrcnn#98): no other message starts a line with the rest of
+            # "failed: out of memory"
+            r"\berror == cudaSuccess\. 2 vs 0\b",
+            r"\bAttempting to (?:allocate|reserve) [\d.]+\w*(?: at the bottom of memory)?\. "
+            r"That was not possible\b",
+            r"^(?:a?iled|led|ed|d): out of memory\s*$",
         ),
     ),
     (
@@ -706,6 +725,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"PytorchStreamWriter failed writing file",
             r"unexpected pos \d+ vs \d+",
             r"\bwrite\(\): fd \d+ failed",  # torch's file writer, older wording
+            # (round 13) TH's THDiskFile (Lua Torch7, pre-1.0 torch) on a short write, the
+            # same inference: "write error: wrote 2854962 blocks instead of 3211264"
+            r"\bwrite error: wrote \d+ blocks instead of \d+",
             # -- issue 12, round 6: TensorFlow maps ENOSPC and EDQUOT to RESOURCE_EXHAUSTED
             # (tensorflow/core/platform/errors.cc ErrnoToCode), so a full disk under a
             # checkpoint or event-file write reads "InternalError: Error writing (tmp)
@@ -963,7 +985,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Unsuccessful TensorSliceReader constructor",
             r"\bKey \S+ not found in checkpoint\b",
             r"inline_container\.cc:\d+\] \. file not found: ",
-            r"Unable to (?:synchronously )?open file \(truncated file: eof = \d+",
+            # (round 13: also "file signature not found", HDF5's word for a file that is not
+            # HDF5 or was cut to nothing: a Keras load_weights on a save that was interrupted,
+            # experiencor/keras-yolo3#24)
+            r"Unable to (?:synchronously )?open file \((?:truncated file: eof = \d+"
+            r"|file signature not found\))",
             # -- issue 12, round 7: torch optim/optimizer.py Optimizer.load_state_dict's own
             # checks, also as bitsandbytes' optimizers copy them ("loaded state dict contains a
             # parameter group that doesn't match the size of optimizer's group", "loaded state
@@ -1008,6 +1034,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Unexpected result (?:nan|inf)\b",
             # torch nn/utils/clip_grad.py clip_grad_norm_(error_if_nonfinite=True)
             r"is non-finite, so it cannot be clipped",
+            # (round 13) DyNet's Trainer::update on a non-finite gradient norm
+            # (training.cc: "Magnitude of gradient is bad: -nan")
+            r"Magnitude of gradient is bad: [-+]?(?i:nan|inf)",
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
             # (the value may be logged as a torch tensor's repr: "'grad_norm': tensor(nan,
@@ -1121,6 +1150,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"cudaError(?:IllegalAddress|MisalignedAddress|LaunchFailure|IllegalInstruction"
             r"|HardwareStackError|ECCUncorrectable|Assert)\b",
             r"cudaSuccess \((?!2 )\d+ vs\. 0\)",
+            r"\berror == cudaSuccess\. (?!2 )\d+ vs 0\b",  # (round 13) Caffe2's CUDA_ENFORCE
             r"THCudaCheck FAIL file=\S+ line=\d+ error=(?!2 )\d+ :",
         ),
     ),
@@ -1288,6 +1318,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"server socket has failed to listen on any local network address",
             r"gloo/transport/\S+\.cc:\d+\] listen: Address already in use",
             r"error code: 10048",
+            # -- round 13: torch.utils.tensorboard's hparams() refusing a config value (a list,
+            # None, a dict) when a tracker logs the run's configuration (accelerate
+            # init_trackers, bghira/SimpleTuner#940): the job's own settings, retried in vain
+            r"value should be one of int, float, str, bool, or torch\.Tensor",
         ),
     ),
 )
