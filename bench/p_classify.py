@@ -18,9 +18,9 @@ Three sets, scored separately:
   gathered after round 10's rules were frozen and scored once on them, a tuning set in round
   11); ``tune9`` (``heldout10``, gathered after round 11's rules were frozen and scored once on
   them, a tuning set in round 12); ``tune10`` (``heldout11``, gathered after round 12's rules
-  were frozen and scored once on them, a tuning set in round 13); ``heldout12`` (gathered
-  while round 13's rules were written and merged after they were frozen, scored once on
-  them: the fresh set);
+  were frozen and scored once on them, a tuning set in round 13); ``tune11`` (``heldout12``,
+  gathered while round 13's rules were written and merged after they were frozen, scored
+  once on them, a tuning set in round 14);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -235,8 +235,9 @@ TUNING_SETS = (
     "tune8",
     "tune9",
     "tune10",
+    "tune11",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout12")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
