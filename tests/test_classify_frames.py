@@ -9,7 +9,9 @@ attribution is removed or wrongly ordered.
 
 from __future__ import annotations
 
-from dsguard.core.classify import FailureKind, StreamClassifier, classify_text
+import dataclasses
+
+from dsguard.core.classify import Failure, FailureKind, StreamClassifier, classify_text
 from dsguard.core.frames import frame_kind, in_shared_memory, parse_frame
 
 # EleutherAI/gpt-neox#1043: deepspeed.initialize's own assert about the config it was given.
@@ -296,6 +298,15 @@ RuntimeError: C:\\Users\\18482\\work\\ABlooper-master\\ABlooper\\trained_model\\
 """  # noqa: E501
 
 
+def _rules_only(failure: Failure | None) -> Failure | None:
+    """The verdict without the probable kind: the lexicon's advisory guess from the words
+    (core/lexicon.py) moves whenever its table is rebuilt; what these tests hold is that no
+    rule and no frame names a kind."""
+    if failure is None:
+        return None
+    return dataclasses.replace(failure, probable=None, probable_words=())
+
+
 def test_exception_line_without_a_trigger_is_read_after_its_frames() -> None:
     sc = StreamClassifier()
     evs = sc.feed(EARTH2STUDIO_217)
@@ -304,8 +315,8 @@ def test_exception_line_without_a_trigger_is_read_after_its_frames() -> None:
     ]
     assert evs[0].line_no == 12
     # the same text cut before its exception line gives nothing (no guess from frames)
-    assert classify_text(EARTH2STUDIO_217.rsplit("zipfile.BadZipFile", 1)[0], 1) == (
-        classify_text("", 1)
+    assert _rules_only(classify_text(EARTH2STUDIO_217.rsplit("zipfile.BadZipFile", 1)[0], 1)) == (
+        _rules_only(classify_text("", 1))
     )
 
 
@@ -416,4 +427,4 @@ def test_a_lone_word_after_a_cut_traceback_is_not_an_exception() -> None:
     """earth2studio#217 cut before its exception line, then a reporter's one-word line: no
     exception is invented from it (a plain name counts only with ": message" after it)."""
     cut = EARTH2STUDIO_217.rsplit("zipfile.BadZipFile", 1)[0]
-    assert classify_text(cut + "Thanks\n", 1) == classify_text("", 1)
+    assert _rules_only(classify_text(cut + "Thanks\n", 1)) == _rules_only(classify_text("", 1))
