@@ -15,6 +15,7 @@ __all__ = [
     "BUILD_FRAME",
     "closed_frame_kind",
     "frame_kind",
+    "glued_after_frame",
     "in_shared_memory",
     "parse_frame",
     "source_kind",
@@ -386,6 +387,22 @@ def parse_frame(body: str) -> tuple[str, str] | None:
             return None
         path, func = m.group(1) or m.group(2), m.group(3)
     return "/" + _SLASHES.sub("/", path.replace("\\", "/")).lstrip("/"), func
+
+
+def glued_after_frame(body: str) -> str:
+    """What a pasted log glued onto a plain frame header's line, or "" for a header alone.
+
+    Python ends a frame header with the function's name; an issue form or a chat paste that
+    lost its line ends runs the source line, the next frames and the exception on after it
+    ('File ".../distributed_c10d.py", line 1906, in broadcast 10: work = ... 10:
+    torch.distributed.DistBackendError: NCCL error in: ...', awslabs/awsome-distributed-ai
+    #192). Read as the header alone, the failure after it is never seen.
+    """
+    m = _PLAIN.match(body)
+    if m is None:
+        return ""
+    rest = body[m.end() :]
+    return rest if rest.strip() else ""
 
 
 def frame_kind(frames: Sequence[tuple[str, str]], exc: str) -> str | None:
