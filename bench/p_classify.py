@@ -20,7 +20,8 @@ Three sets, scored separately:
   them, a tuning set in round 12); ``tune10`` (``heldout11``, gathered after round 12's rules
   were frozen and scored once on them, a tuning set in round 13); ``tune11`` (``heldout12``,
   gathered while round 13's rules were written and merged after they were frozen, scored
-  once on them, a tuning set in round 14);
+  once on them, a tuning set in round 14); ``heldout13`` (gathered while round 14's rules
+  were written and merged after they were frozen, scored once on them: the fresh set);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -237,7 +238,7 @@ TUNING_SETS = (
     "tune10",
     "tune11",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout13")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
