@@ -1955,19 +1955,7 @@ class StreamClassifier:
             if frame is None:
                 return None
         if frame is not None:
-            self._note_frame(rank, frame, line_no)
-            closed = closed_frame_kind(frame)
-            if closed is not None and rank not in self._cut_hint:
-                self._cut_hint[rank] = _make_evidence(
-                    FailureKind(closed), rank, body=body, line=line, line_no=line_no,
-                    match_end=len(line),
-                )  # fmt: skip
-            # (round 14) a paste that lost its line ends: what follows the header is judged
-            # as the line it was (it may be the next frame, or the exception itself)
-            rest = glued_after_frame(body).lstrip()  # (not an indented source line)
-            if rest and _TRIGGER_RX.search(rest) is not None:
-                return self._classify_line(rest, line_no, after_frame=after_frame)
-            return None
+            return self._on_frame_header(rank, frame, body, line, line_no, after_frame=after_frame)
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
             # 9.2 does not match ...", "      Unable to pre-compile ops ..."): an indented
@@ -2033,6 +2021,32 @@ class StreamClassifier:
         if ended is FailureKind.DS_BUILD_ERROR:
             return make(ended, m)
         return make(ended, m, weak=line_no <= self._ignored_until)
+
+    def _on_frame_header(
+        self,
+        rank: int | None,
+        frame: tuple[str, str],
+        body: str,
+        line: str,
+        line_no: int,
+        *,
+        after_frame: bool,
+    ) -> Evidence | None:
+        """A traceback frame header: noted for the exception that ends its traceback (and a
+        cut traceback's hint), and read on where a paste glued more onto its line."""
+        self._note_frame(rank, frame, line_no)
+        closed = closed_frame_kind(frame)
+        if closed is not None and rank not in self._cut_hint:
+            self._cut_hint[rank] = _make_evidence(
+                FailureKind(closed), rank, body=body, line=line, line_no=line_no,
+                match_end=len(line),
+            )  # fmt: skip
+        # (round 14) a paste that lost its line ends: what follows the header is judged as
+        # the line it was (it may be the next frame, or the exception itself)
+        rest = glued_after_frame(body).lstrip()  # (not an indented source line)
+        if rest and _TRIGGER_RX.search(rest) is not None:
+            return self._classify_line(rest, line_no, after_frame=after_frame)
+        return None
 
     def _end_traceback(
         self, rank: int | None, name: str, line_no: int, message: str = ""
