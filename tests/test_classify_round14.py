@@ -50,10 +50,11 @@ def test_a_cuda_oom_glued_after_a_frame_is_a_cuda_oom() -> None:
     ],
 )
 def test_a_frame_header_alone_has_nothing_glued(line: str) -> None:
-    from dsguard.core.frames import glued_after_frame  # (round 14's; here, so that the rest
-    # of this file runs against the rules before it)
+    from dsguard.core.frames import frame_header  # (round 14's; here, so that the rest of
+    # this file runs against the rules before it)
 
-    assert glued_after_frame(line) == ""
+    header = frame_header(line)
+    assert header is not None and header[1] == ""
     assert not evidence_of(line + "\n")
 
 

@@ -47,8 +47,8 @@ from dsguard.core import lexicon
 from dsguard.core.frames import BUILD_FRAME as _BUILD_FRAME
 from dsguard.core.frames import (
     closed_frame_kind,
+    frame_header,
     frame_kind,
-    glued_after_frame,
     in_shared_memory,
     parse_frame,
     source_kind,
@@ -1949,13 +1949,15 @@ class StreamClassifier:
             body = body[:header]
             if _TRIGGER_RX.search(body) is None:
                 return None
-        frame = parse_frame(body)
+        frame_head = frame_header(body)
         if _BUILD_FRAME.search(body) is not None:
             self._build_frames = True  # this traceback runs through DeepSpeed's op builder
-            if frame is None:
+            if frame_head is None:
                 return None
-        if frame is not None:
-            return self._on_frame_header(rank, frame, body, line, line_no, after_frame=after_frame)
+        if frame_head is not None:
+            return self._on_frame_header(
+                rank, frame_head, body, line, line_no, after_frame=after_frame
+            )
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
             # 9.2 does not match ...", "      Unable to pre-compile ops ..."): an indented
@@ -2025,7 +2027,7 @@ class StreamClassifier:
     def _on_frame_header(
         self,
         rank: int | None,
-        frame: tuple[str, str],
+        header: tuple[tuple[str, str], str],
         body: str,
         line: str,
         line_no: int,
@@ -2034,6 +2036,7 @@ class StreamClassifier:
     ) -> Evidence | None:
         """A traceback frame header: noted for the exception that ends its traceback (and a
         cut traceback's hint), and read on where a paste glued more onto its line."""
+        frame, glued = header
         self._note_frame(rank, frame, line_no)
         closed = closed_frame_kind(frame)
         if closed is not None and rank not in self._cut_hint:
@@ -2043,7 +2046,7 @@ class StreamClassifier:
             )  # fmt: skip
         # (round 14) a paste that lost its line ends: what follows the header is judged as
         # the line it was (it may be the next frame, or the exception itself)
-        rest = glued_after_frame(body).lstrip()  # (not an indented source line)
+        rest = glued.lstrip()  # (not an indented source line)
         if rest and _TRIGGER_RX.search(rest) is not None:
             return self._classify_line(rest, line_no, after_frame=after_frame)
         return None

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 __all__ = [
     "BUILD_FRAME",
     "closed_frame_kind",
+    "frame_header",
     "frame_kind",
-    "glued_after_frame",
     "in_shared_memory",
     "parse_frame",
     "source_kind",
@@ -376,9 +376,24 @@ _SHM_FRAME = re.compile(
 )
 
 
-def parse_frame(body: str) -> tuple[str, str] | None:
-    """(path, function) of a traceback frame header line, or None for any other line."""
-    m = _PLAIN.match(body) or _PLAIN_CUT.match(body) or _RICH.match(body)
+def frame_header(body: str) -> tuple[tuple[str, str], str] | None:
+    """(path, function) of a traceback frame header line and what a paste glued onto the
+    line after it ("" for a header alone), or None for any other line.
+
+    Python ends a frame header with the function's name; an issue form or a chat paste that
+    lost its line ends runs the source line, the next frames and the exception on after it
+    ('File ".../distributed_c10d.py", line 1906, in broadcast 10: work = ... 10:
+    torch.distributed.DistBackendError: NCCL error in: ...', awslabs/awsome-distributed-ai
+    #192). Read as the header alone, the failure after it is never seen. Only the plain form
+    can carry such a rest: the cut form ends at the line's end, rich's box and IPython's
+    header end in their own punctuation.
+    """
+    rest = ""
+    m = _PLAIN.match(body)
+    if m is not None:
+        rest = body[m.end() :]
+    else:
+        m = _PLAIN_CUT.match(body) or _RICH.match(body)
     if m is not None:
         path, func = m.group(1), m.group(2) or ""
     else:
@@ -386,23 +401,14 @@ def parse_frame(body: str) -> tuple[str, str] | None:
         if m is None:
             return None
         path, func = m.group(1) or m.group(2), m.group(3)
-    return "/" + _SLASHES.sub("/", path.replace("\\", "/")).lstrip("/"), func
+    frame = "/" + _SLASHES.sub("/", path.replace("\\", "/")).lstrip("/"), func
+    return frame, rest if rest.strip() else ""
 
 
-def glued_after_frame(body: str) -> str:
-    """What a pasted log glued onto a plain frame header's line, or "" for a header alone.
-
-    Python ends a frame header with the function's name; an issue form or a chat paste that
-    lost its line ends runs the source line, the next frames and the exception on after it
-    ('File ".../distributed_c10d.py", line 1906, in broadcast 10: work = ... 10:
-    torch.distributed.DistBackendError: NCCL error in: ...', awslabs/awsome-distributed-ai
-    #192). Read as the header alone, the failure after it is never seen.
-    """
-    m = _PLAIN.match(body)
-    if m is None:
-        return ""
-    rest = body[m.end() :]
-    return rest if rest.strip() else ""
+def parse_frame(body: str) -> tuple[str, str] | None:
+    """(path, function) of a traceback frame header line, or None for any other line."""
+    header = frame_header(body)
+    return None if header is None else header[0]
 
 
 def frame_kind(frames: Sequence[tuple[str, str]], exc: str) -> str | None:
