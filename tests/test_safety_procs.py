@@ -26,7 +26,7 @@ import pytest
 from dsguard.job.file import load_job
 from dsguard.protocol import ATTEMPT_ENV, RUN_ID_ENV
 from dsguard.run.launch import Command
-from dsguard.run.proc import attempt_processes, end_attempt, spawn
+from dsguard.run.proc import AttemptRef, attempt_processes, end_attempt, is_ours, spawn
 from dsguard.run.state import write_json_atomic
 from tests.conftest import RunResult, dsguard_cmd, write_job
 from tests.test_unattended import _trace, _wait_for
@@ -94,6 +94,22 @@ def test_restart_never_signals_a_stranger_holding_the_recorded_session(
     (rec,) = res.named("run_recovered")
     assert rec["leftover_pids"] == [] and rec["killed_pids"] == []
     assert stranger.poll() is None, "dsguard signalled a process that was not its own"
+
+
+def test_a_session_leader_started_a_tick_after_the_launcher_is_not_the_launcher(
+    reaped: list[subprocess.Popen[bytes]],
+) -> None:
+    """The launcher is known by pid AND start time: a marker-less process holding the recorded
+    session id, started even one clock tick (10 ms) after the recorded launcher, is not it
+    (the chaos run caught a 50 ms window letting one started 44 ms later through)."""
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    reaped.append(stranger)
+    proc = psutil.Process(stranger.pid)
+    start = proc.create_time()
+    for earlier_s in (0.01, 0.04):
+        ref = AttemptRef("old-run", 1, stranger.pid, start - 5.0, start - earlier_s)
+        assert not is_ours(proc, ref), earlier_s
+    assert is_ours(proc, AttemptRef("old-run", 1, stranger.pid, start - 5.0, start))
 
 
 def test_restart_still_ends_a_leftover_that_carries_the_marker(

@@ -115,9 +115,14 @@ def spawn(cmd: Command, *, run_id: str, attempt: int) -> Child:
     return Child(popen=popen, ref=ref)
 
 
-#: Two psutil create_time readings of one process agree to the clock tick (10 ms); a reused
-#: pid's start time differs by far more.
-_SAME_START_S = 0.05
+#: Two psutil create_time readings of one process are the same number: the same start tick
+#: since boot (USER_HZ, 10 ms) plus the same boot time; this margin only absorbs float
+#: rounding. It is under one tick on purpose: a window of 50 ms let a different process that
+#: started 44 ms after the launcher (in the stranger_session chaos condition, its pid written
+#: into state.json as the session id) pass for the launcher and be signalled. A boot time
+#: that moved with a stepped wall clock fails the test, which only leaves a marker-less
+#: leftover unproven: never a stranger signalled.
+_SAME_START_S = 0.005
 #: How far up a parent chain the lineage test looks (a launcher, a node agent, ranks,
 #: DataLoader workers and their helpers are a handful of levels).
 _MAX_DEPTH = 32
