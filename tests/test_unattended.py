@@ -88,18 +88,30 @@ def test_supervisor_sigkill_at_random_points_then_restart(tmp_path: Path) -> Non
     """20 trials: SIGKILL dsguard at a random moment, start it again. Never two trainers at
     once (the trainer holds an exclusive flock), nothing of the killed run left, the ladder
     continues at the recorded knobs, the global batch is kept, every event line parses."""
+    trainer_args = [
+        "--scenario", "oom,children", "--oom_above", "2", "--fail_at_step", "3",
+        "--max_steps", "6", "--step_s", "0.05", "--exclusive_lock", "trainer.lock",
+    ]  # fmt: skip
+    # The kill moments are drawn across one uninterrupted run timed on this machine, not
+    # across a fixed window: on a fast machine a fixed 0.2-1.8 s window let 11 of 20 runs
+    # finish before the kill, and the trials no longer exercised recovery (CI failure).
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    write_job(calib, trainer_args)
+    began = time.monotonic()
+    whole = _start(calib)
+    _, err = whole.communicate(timeout=120)
+    assert whole.returncode == 0, err.decode()
+    run_s = time.monotonic() - began
     rng = random.Random(20261122)
     killed_mid_run = 0
     for trial in range(20):
         work = tmp_path / f"t{trial}"
         work.mkdir()
-        write_job(
-            work,
-            ["--scenario", "oom,children", "--oom_above", "2", "--fail_at_step", "3",
-             "--max_steps", "6", "--step_s", "0.05", "--exclusive_lock", "trainer.lock"],
-        )  # fmt: skip
+        write_job(work, trainer_args)
         first = _start(work)
-        time.sleep(rng.uniform(0.2, 1.8))
+        # Mostly mid-run; the tail past 1.0 still kills a dsguard that has just finished.
+        time.sleep(rng.uniform(0.05, 1.1) * run_s)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
         state_path = work / "runs" / "state.json"
