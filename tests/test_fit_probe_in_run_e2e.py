@@ -22,10 +22,12 @@ from tests.test_train_supervised import OWNED, _supervise
 
 pytestmark = [pytest.mark.train, pytest.mark.e2e]
 
-#: The tiny model trains a step in ~30 ms here and dsguard reads the heartbeats once a
-#: second: 240 steps (~8 s of training) leave room for two measured stretches and training
-#: after the decision; a checkpoint every 10 steps.
-STEPS = 240
+#: The tiny model trains a step in ~30-90 ms here and dsguard reads the heartbeats once a
+#: second. Here the first config ran to step ~80 before its switch and the neighbour to
+#: ~140 before the decision; 480 steps leave that room twice over, so a machine that
+#: trains twice as fast still decides before the run ends (at 240 steps one CI run ended
+#: with no ``fit_probe_decided``). A checkpoint every 10 steps.
+STEPS = 480
 
 
 def test_the_in_run_probe_switches_for_real_and_keeps_the_training_exact(
