@@ -20,8 +20,9 @@ Three sets, scored separately:
   them, a tuning set in round 12); ``tune10`` (``heldout11``, gathered after round 12's rules
   were frozen and scored once on them, a tuning set in round 13); ``tune11`` (``heldout12``,
   gathered while round 13's rules were written and merged after they were frozen, scored
-  once on them, a tuning set in round 14); ``heldout13`` (gathered while round 14's rules
-  were written and merged after they were frozen, scored once on them: the fresh set);
+  once on them, a tuning set in round 14); ``tune12`` (``heldout13``, gathered while round
+  14's rules were written and merged after they were frozen, scored once on them, a tuning
+  set in round 15);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -237,8 +238,9 @@ TUNING_SETS = (
     "tune9",
     "tune10",
     "tune11",
+    "tune12",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout13")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
