@@ -61,9 +61,9 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 
 #: Sets on which a ladder kind is below 0.98. heldout10 (round 11's rules) took a PyCUDA
 #: cuda_oom for a host_oom when it was scored once; as tune9, round 12's rules read that error
-#: right. heldout13 (round 14's rules, scored once) had a ds_build_error verdict on a log
-#: labelled otherwise, 3 of 4 right; it is tune12 now, and its misses are read in round 15.
-_IMPRECISE = {"tune12": "ds_build_error precision 3/4 = 0.75 on tune12 (heldout13 until round 15)"}
+#: right. heldout13 (round 14's rules, scored once) took a darknet CUDA error for a build error
+#: (3 of 4 right); as tune12, round 15's rules read it right. None now.
+_IMPRECISE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -198,9 +198,10 @@ def test_tune12_accuracy_floor() -> None:
     """tune12 (66 logs gathered as heldout13 in round 14 by five helpers that never read the
     rules; the rules were frozen at 04ffe5d before the set was merged or read): 58/66 = 87.9%
     (unknown 7.6%), scored once, its record as a held-out set (ds_build_error precision 3/4);
-    a tuning set since round 15."""
+    a tuning set since round 15, whose rules took it to 65/66 (a TensorFlow BFC allocator's
+    OOM that names no device stays ``unknown``: pinned host memory has a BFC allocator too)."""
     s = _score("tune12")
-    assert s.accuracy >= 0.878 and s.predicted("unknown") <= 5
+    assert s.accuracy >= 0.984 and s.predicted("unknown") <= 1
 
 
 def _with_probable(groups: tuple[str, ...]) -> Score:

@@ -427,6 +427,10 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 14 (tune11): each shares its first character with a trigger above
     "nexpected pos ",  # torch's zip writer's short write, its "inline_container.cc:" mistyped
     "object has no attribute 'ds_opt_adam'",  # the cpu_adam op never built, line pasted alone
+    # -- round 15 (tune12): each shares its first character with a trigger above
+    "not found in checkpoint",  # TF's "Key x not found in checkpoint" on its own line
+    "not enough space on the disk",  # Windows' ERROR_DISK_FULL text
+    "on-finite loss",  # yolov5's "WARNING: non-finite loss, ending training"
 )
 
 
@@ -743,6 +747,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # checkpoint file: /home/u/ckpt/model.ckpt-6.tempstate97841: Resource exhausted:
             # ..." (mozilla/DeepSpeech); a write named on the line, not an allocation
             r"(?i:\bwrit\w*)[^\n]{0,80}?\b(?:checkpoint|file)\b[^\n]{0,400}?\bResource exhausted\b",
+            # -- round 15: Windows' text for ERROR_DISK_FULL (112), which TensorFlow and other
+            # native code print instead of ENOSPC's ("Failed to WriteFile: cache/training_0
+            # .data-...: There is not enough space on the disk.", deezer/spleeter#480); and
+            # SageMaker's failure reason for a training job whose output did not fit its
+            # volume ("ClientError: Artifact upload failed:Insufficient disk space",
+            # huggingface/blog#114)
+            r"\bThere is not enough space on the disk\b",
+            r"\bInsufficient disk space\b",
         ),
     ),
     (
@@ -804,7 +816,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # nvcc/EDG "file.cu(12): error: ..." and its summary "91 errors detected in the
             # compilation of "csrc/quantization/quantize.cu"." (DeepSpeed#3196, #397, #1584).
             # Only compilers print these shapes.
-            r"\.(?:h|hh|hpp|cuh|cu|c|cc|cpp|cxx)(?::\d+){1,2}: (?:fatal )?error: ",
+            # (Round 15: not glibc's assert(), "prog: file.c:293: func: Assertion `0' failed.",
+            # when the function is named "error": darknet's utils.c error() asserts after a
+            # CUDA error, pjreddie/darknet#1523.)
+            r"\.(?:h|hh|hpp|cuh|cu|c|cc|cpp|cxx)(?::\d+){1,2}: (?:fatal )?error: (?!Assertion `)",
             r"\.(?:cu|cuh|h|hpp)\(\d+\): error: ",
             r"\berrors? detected in the compilation of \"",
             # MSVC's diagnostics on Windows builds: "StopWatch.h(3): fatal error C1083: Cannot
@@ -1000,6 +1015,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Trying to restore \w+ state but checkpoint contains only the model",
             r"Unsuccessful TensorSliceReader constructor",
             r"\bKey \S+ not found in checkpoint\b",
+            # (round 15) TF 1.x Saver.restore's wrapper of that NotFoundError ("Restoring from
+            # checkpoint failed. This is most likely due to a Variable name or other graph key
+            # that is missing from the checkpoint.", THUNLP-MT/L2Copy4APE#3); the "Key ... not
+            # found" line follows on its own, and a trigger now lets it be read there too
+            r"Restoring from checkpoint failed\. This is most likely due to",
             r"inline_container\.cc:\d+\] \. file not found: ",
             # (round 13: also "file signature not found", HDF5's word for a file that is not
             # HDF5 or was cut to nothing: a Keras load_weights on a save that was interrupted,
@@ -1054,6 +1074,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 13) DyNet's Trainer::update on a non-finite gradient norm
             # (training.cc: "Magnitude of gradient is bad: -nan")
             r"Magnitude of gradient is bad: [-+]?(?i:nan|inf)",
+            # (round 15) trainers that stop themselves on a non-finite loss: yolov5's train.py
+            # ("WARNING: non-finite loss, ending training  tensor([nan, nan, nan, nan])",
+            # ultralytics/yolov5#673) and SpeechBrain's Brain.check_loss_isfinite once its
+            # patience is spent ("ValueError: Loss is not finite and patience is exhausted.",
+            # speechbrain#1462); not SpeechBrain's "Patience not yet exhausted, ignoring this
+            # batch", a batch skipped and training going on
+            r"\bnon-finite loss, ending training\b",
+            r"\bLoss is not finite and patience is exhausted\b",
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
             # (the value may be logged as a torch tensor's repr: "'grad_norm': tensor(nan,
@@ -1486,6 +1514,18 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (
         FailureKind.LOSS_DIVERGENCE,
         re.compile(r"Attempted loss scale: (?!1(?:\.0+)?,)\d+(?:\.\d+)?, reducing to 1(?:\.0+)?\b"),
+    ),
+    # (round 15) a script's own print(loss) showing NaN: a line that is nothing but torch's
+    # repr of a NaN scalar ("tensor(nan, device='cuda:0')", lich99/ChatGLM-finetune-LoRA#32,
+    # after "tensor(3.2207, device='cuda:0')"). What a bare printed scalar is, the line does
+    # not say (a loss most often, but a metric of an empty batch prints the same), so it
+    # explains only a death nothing else explains
+    (
+        FailureKind.LOSS_DIVERGENCE,
+        re.compile(
+            r"^\s*tensor\(nan(?:, device='\w+(?::\d+)?')?(?:, dtype=torch\.\w+)?"
+            r"(?:, grad_fn=<\w+>)?\)\s*$"
+        ),
     ),
 )
 # (issue 12, round 6) What users write when they paste no log line for a host memory death:
