@@ -2086,9 +2086,8 @@ class StreamClassifier:
             )  # fmt: skip
         # (round 14) a paste that lost its line ends: what follows the header is judged as
         # the line it was (it may be the next frame, or the exception itself)
-        rest = glued.lstrip()  # (not an indented source line)
-        if rest and _TRIGGER_RX.search(rest) is not None:
-            return self._classify_line(rest, line_no, after_frame=after_frame)
+        if glued and _TRIGGER_RX.search(glued) is not None:
+            return self._classify_line(glued, line_no, after_frame=after_frame)
         return None
 
     def _end_traceback(

@@ -378,7 +378,8 @@ _SHM_FRAME = re.compile(
 
 def frame_header(body: str) -> tuple[tuple[str, str], str] | None:
     """(path, function) of a traceback frame header line and what a paste glued onto the
-    line after it ("" for a header alone), or None for any other line.
+    line after it, without its leading blanks ("" for a header alone), or None for any other
+    line.
 
     Python ends a frame header with the function's name; an issue form or a chat paste that
     lost its line ends runs the source line, the next frames and the exception on after it
@@ -402,7 +403,7 @@ def frame_header(body: str) -> tuple[tuple[str, str], str] | None:
             return None
         path, func = m.group(1) or m.group(2), m.group(3)
     frame = "/" + _SLASHES.sub("/", path.replace("\\", "/")).lstrip("/"), func
-    return frame, rest if rest.strip() else ""
+    return frame, rest.lstrip()
 
 
 def parse_frame(body: str) -> tuple[str, str] | None:
