@@ -15,7 +15,7 @@
 #     are tested with here (transformers 5.23 needs regex >= 2025.10.22 at import: carried)
 #   - pydantic + pydantic-core (cp312 binary) + annotated-types + typing-inspection +
 #     typing-extensions (pydantic-core needs >= 4.16), hjson (DeepSpeed), structlog and
-#     tenacity (dsguard)
+#     tenacity and msgspec (dsguard)
 # Versions are this venv's, so the GPU runs what was tested on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -50,7 +50,7 @@ find "$src" -name __pycache__ -prune -exec rm -rf {} +
     "pydantic==$(ver pydantic)" "pydantic-core==$(ver pydantic-core)" \
     "annotated-types==$(ver annotated-types)" "typing-inspection==$(ver typing-inspection)" \
     "typing-extensions==$(ver typing-extensions)" "hjson==$(ver hjson)" \
-    "structlog==$(ver structlog)" "tenacity==$(ver tenacity)"
+    "structlog==$(ver structlog)" "tenacity==$(ver tenacity)" "msgspec==$(ver msgspec)"
 
 ls -la "$W"
 du -sh "$W"
