@@ -84,6 +84,16 @@ LINK = [
     "collect2: error: ld returned 1 exit status",
     "RuntimeError: Error building extension 'fused_adam'",
 ]
+# A real failure inside DeepSpeed's fused_adam builder on an H200 before any build line
+# (bench/gpu, TORCH_CUDA_ARCH_LIST=9.0a: compute_capability_args cannot parse "0a"): only the
+# traceback's op_builder frame names the op.
+ARCH_SUFFIX = [
+    "[rank0]:     fused_adam_cuda = FusedAdamBuilder().load()",
+    '[rank0]:   File "/tmp/site/deepspeed/ops/op_builder/builder.py", line 566, in load',
+    '[rank0]:   File "/tmp/site/deepspeed/ops/op_builder/fused_adam.py", line 36, in nvcc_args',
+    '[rank0]:   File "/tmp/site/deepspeed/ops/op_builder/builder.py", line 710, in <genexpr>',
+    "[rank0]: ValueError: invalid literal for int() with base 10: '0a'",
+]
 LOSS_SCALE = [
     "[rank0]: Exception: Current loss scale already at minimum - cannot decrease scale "
     "anymore. Exiting run."
@@ -97,6 +107,13 @@ LOSS_SCALE = [
         (FUSED_ADAM_GNU, "fused_adam"),  # verbose build lines, no "Error building" line
         (ADAGRAD_SO, "cpu_adagrad"),
         (LION_JIT, "cpu_lion"),
+        (ARCH_SUFFIX, "fused_adam"),
+        (  # an accelerator's own builder directory; the base builder.py alone names no op
+            [r'  File "C:\py\deepspeed\ops\op_builder\cpu\cpu_adam.py", line 3, in x'],
+            "cpu_adam",
+        ),
+        (['  File "/x/deepspeed/ops/op_builder/builder.py", line 710, in <genexpr>'], None),
+        (['  File "/x/deepspeed/ops/op_builder/__init__.py", line 9, in <module>'], None),
         (SHM, "deepspeed_shm_comm"),
         (LINK, "fused_adam"),
         (

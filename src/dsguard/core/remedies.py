@@ -182,6 +182,15 @@ _OP_OF_CLASS: dict[str, str] = {
     "FusedLion": "fused_lion",
 }
 _OP_CLASS = re.compile(r"'(" + "|".join(_OP_OF_CLASS) + r")' object has no attribute 'ds_opt_")
+# A failure inside the op's own builder before any build line is printed, where only the
+# traceback names the op: DeepSpeed 0.19.8's compute_capability_args cannot parse an arch with
+# a suffix ("ValueError: invalid literal for int() with base 10: '0a'" with TORCH_CUDA_ARCH_LIST
+# =9.0a on an H200, seen in bench/gpu; DeepSpeed#7589 is the same on a GH200). The innermost
+# frame in deepspeed/ops/op_builder/<op>.py names it; builder.py and __init__.py are the base.
+_OP_BUILDER_FRAME = re.compile(
+    r'File "[^"]*deepspeed[/\\]ops[/\\]op_builder[/\\](?:\w+[/\\])?'
+    r'(?!builder\.py|__init__\.py|all_ops\.py)(\w+)\.py", line \d+'
+)
 # torch's verbose JIT lines: a build that started and never reported success is the failed one.
 _OP_BUILDING = re.compile(
     r"Building extension module (\w+)\.\.\.|Emitting ninja build file \S*/(\w+)/build\.ninja"
@@ -231,6 +240,9 @@ def failing_op(lines: Sequence[str]) -> str | None:
         m = _OP_CLASS.search(b)
         if m is not None:
             return _OP_OF_CLASS[m.group(1)]
+    framed = [m.group(1) for b in bodies if (m := _OP_BUILDER_FRAME.search(b)) is not None]
+    if framed:
+        return framed[-1]
     building: list[str] = []
     loaded: set[str] = set()
     for b in bodies:
