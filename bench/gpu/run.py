@@ -423,6 +423,9 @@ class Runner:
         self.machine: dict[str, Any] = {}
         self.poll_s = a.trace_interval_s
         self.nvml_s = a.nvml_interval_s
+        # --no-fit: start each scenario exactly as written, so the start config meets its real
+        # OOM; without it the first-fit plan (issue 15) moves a start it predicts will not fit
+        self.fit_flags: tuple[str, ...] = () if a.fit else ("--no-fit",)
 
     # -- time budget --------------------------------------------------------------------------
 
@@ -494,7 +497,7 @@ class Runner:
             timeout = max(30.0, min(timeout, left - 25.0))
         log = (mat.dir / "dsguard.out").open("wb")
         proc = subprocess.Popen(
-            _dsguard(self.python, "run", str(mat.job), "--quiet"), cwd=mat.dir,
+            _dsguard(self.python, "run", str(mat.job), "--quiet", *self.fit_flags), cwd=mat.dir,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         pump = threading.Thread(target=_tee, args=(proc, log), daemon=True)
@@ -1198,6 +1201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="skip what cannot finish within this many seconds of the start",
     )
+    p.add_argument("--fit", action=argparse.BooleanOptionalAction, default=True,
+                   help="let dsguard's first-fit plan move the start config (--no-fit: start "
+                   "as written and meet the OOM)")  # fmt: skip
     p.add_argument("--scenario-timeout-s", type=float, default=900.0)
     p.add_argument("--sweep-timeout-s", type=float, default=300.0)
     p.add_argument(
