@@ -22,8 +22,8 @@ Three sets, scored separately:
   gathered while round 13's rules were written and merged after they were frozen, scored
   once on them, a tuning set in round 14); ``tune12`` (``heldout13``, gathered while round
   14's rules were written and merged after they were frozen, scored once on them, a tuning
-  set in round 15); ``heldout14`` (gathered while round 15's rules were written and merged
-  after they were frozen, scored once on them: the fresh set);
+  set in round 15); ``tune13`` (``heldout14``, gathered while round 15's rules were written
+  and merged after they were frozen, scored once on them, a tuning set in round 16);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -240,8 +240,9 @@ TUNING_SETS = (
     "tune10",
     "tune11",
     "tune12",
+    "tune13",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout14")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
