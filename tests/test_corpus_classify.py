@@ -146,9 +146,10 @@ def test_tune6_accuracy_floor() -> None:
     """tune6 (101 logs gathered as heldout7 in round 8 by two helpers that never read the
     rules, after the rules and the lexicon were frozen at a9ae35d): 84/101 = 83.2% (unknown
     14.9%) on the rules, scored once, its record as a held-out set; a tuning set since round
-    9, whose rules took it to 96/101 = 95.0% (unknown 4.0%)."""
+    9, whose rules took it to 96/101 = 95.0% (unknown 4.0%), and round 16's to 97/101 = 96.0%
+    (unknown 3.0%: PaddleOCR's padded NaN loss)."""
     s = _score("tune6")
-    assert s.accuracy >= 0.95 and s.predicted("unknown") <= 4
+    assert s.accuracy >= 0.96 and s.predicted("unknown") <= 3
 
 
 def test_tune7_accuracy_floor() -> None:
@@ -208,9 +209,10 @@ def test_tune12_accuracy_floor() -> None:
 def test_tune13_accuracy_floor() -> None:
     """tune13 (55 logs gathered as heldout14 in round 15 by five helpers that never read the
     rules; the rules were frozen at a31e9be before the set was merged or read): 53/55 = 96.4%
-    (unknown 1.8%), scored once, its record as a held-out set; a tuning set since round 16."""
+    (unknown 1.8%), scored once, its record as a held-out set; a tuning set since round 16,
+    whose rules took it to 55/55."""
     s = _score("tune13")
-    assert s.accuracy >= 0.963 and s.predicted("unknown") <= 1
+    assert s.accuracy >= 1.0 and s.predicted("unknown") == 0
 
 
 def _with_probable(groups: tuple[str, ...]) -> Score:

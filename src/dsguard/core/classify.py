@@ -431,6 +431,9 @@ _TRIGGERS: tuple[str, ...] = (
     "not found in checkpoint",  # TF's "Key x not found in checkpoint" on its own line
     "not enough space on the disk",  # Windows' ERROR_DISK_FULL text
     "on-finite loss",  # yolov5's "WARNING: non-finite loss, ending training"
+    # -- round 16 (tune13): each shares its first character with a trigger above
+    "calculated on the restored bytes",  # TF's tensor_bundle: a checkpoint shard's CRC failed
+    "infx",  # Paddle's '{:x<6f}' metric format pads an infinite loss: "loss: infxxx,"
 )
 
 
@@ -1020,6 +1023,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # that is missing from the checkpoint.", THUNLP-MT/L2Copy4APE#3); the "Key ... not
             # found" line follows on its own, and a trigger now lets it be read there too
             r"Restoring from checkpoint failed\. This is most likely due to",
+            # (round 16) TF's tensor_bundle.cc BundleReader: a restored tensor whose CRC32C
+            # differs from the one the index stored, a corrupt or cut checkpoint shard
+            # ("DataLossError: From /job:ps/replica:0/task:3:" then "Checksum does not match:
+            # stored 3880206044 vs. calculated on the restored bytes 1782481297" on the next
+            # line, tensorflow/tensorflow#39033)
+            r"Checksum does not match: stored \d+ vs\. calculated on the restored bytes \d+",
             r"inline_container\.cc:\d+\] \. file not found: ",
             # (round 13: also "file signature not found", HDF5's word for a file that is not
             # HDF5 or was cut to nothing: a Keras load_weights on a save that was interrupted,
@@ -1087,14 +1096,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (the value may be logged as a torch tensor's repr: "'grad_norm': tensor(nan,
             # device='cuda:0', dtype=torch.float64)", LLaVA-NeXT#359)
             r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"\]]?\s*[:=|]?\s*"
-            r"['\"]?(?:tensor\()?[-+]?(?:nan|inf)\b)",
+            r"['\"]?(?:tensor\()?[-+]?(?:nan|inf)x*\b)",
             # (round 10) ... also a bracketed key (loguru's "| [Loss] nan |"), a table cell
             # (the openai logger's "| loss          | nan       |", guided-diffusion and its
             # forks), and any metric whose name holds "loss" ("IDLoss=nan," MXNet's Speedometer,
             # "noise_step_loss=nan" in a tqdm postfix, "loss_net: nan"): NaN only, since
             # "best_val_loss = inf" is how trackers initialise a best value. A separator must
             # follow the name, so a counter named "loss_nan: 0" is not a NaN
-            r"(?i:\b\w*loss\w*['\"\]\s:=|]{1,40}(?:tensor\()?nan\b)",
+            # (round 16: PaddleOCR and its forks log each metric as '{}: {:x<6f}', so a NaN
+            # loss is padded with the fill character: "loss: nanxxx", PaddleOCR#10042)
+            r"(?i:\b\w*loss\w*['\"\]\s:=|]{1,40}(?:tensor\()?nanx*\b)",
             # (round 11) a step-led row of numbers in which every value is NaN: a script's own
             # "print(step, loss)" ("76980 nan", prajdabre/yanmtt#7), DeepXDE's loss table
             # ("2000      [nan]         [nan]         [nan]"). Every value, lower-case "nan"
@@ -2376,7 +2387,7 @@ def _pick_lines(lead: list[Evidence], others: list[Evidence]) -> tuple[str, ...]
 
 
 _NONFINITE_TEXT = re.compile(
-    r"\b(?:nan|NaN|NAN|inf|Inf|INF)\b|FloatingPointError|non-?finite|Invalid loss, terminating"
+    r"\b(?:nan|NaN|NAN|inf|Inf|INF)x*\b|FloatingPointError|non-?finite|Invalid loss, terminating"
 )
 
 
