@@ -40,16 +40,16 @@ def _score(group: str) -> Score:
 
 
 def test_corpus_is_real_and_split() -> None:
-    """At least 1464 labelled failures in 12 kinds and 45 mentions, every split used (the
+    """At least 1513 labelled failures in 12 kinds and 45 mentions, every split used (the
     tuning splits ``tune``, ``tune2``, ``tune3`` (``heldout4`` until round 5), ``tune4``
     (``heldout5`` until round 6), ``tune5`` (``heldout6`` until round 7), ``tune6``
     (``heldout7`` until round 9), ``tune7`` (``heldout8`` until round 10), ``tune8``
     (``heldout9`` until round 11), ``tune9`` (``heldout10`` until round 12), ``tune10``
     (``heldout11`` until round 13), ``tune11`` (``heldout12`` until round 14), ``tune12``
     (``heldout13`` until round 15) and ``tune13`` (``heldout14`` until round 16), the held-out
-    ``heldout``, ``heldout2`` and ``heldout3``)."""
+    ``heldout``, ``heldout2``, ``heldout3`` and ``heldout15``)."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 1464
+    assert len(failures) >= 1513
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -63,8 +63,10 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 #: Sets on which a ladder kind is below 0.98. heldout10 (round 11's rules) took a PyCUDA
 #: cuda_oom for a host_oom when it was scored once; as tune9, round 12's rules read that error
 #: right. heldout13 (round 14's rules, scored once) took a darknet CUDA error for a build error
-#: (3 of 4 right); as tune12, round 15's rules read it right. None now.
-_IMPRECISE: dict[str, str] = {}
+#: (3 of 4 right); as tune12, round 15's rules read it right. heldout15 (round 16's rules,
+#: scored once): a host_oom verdict on a log labelled disk_full, 6 of 7 right. Held as a strict
+#: xfail, not read: it is a held-out set.
+_IMPRECISE = {"heldout15": "host_oom precision 6/7 = 0.86 on the fresh heldout15 (issue 12)"}
 
 
 @pytest.mark.parametrize(
@@ -219,16 +221,44 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
     return score([c for c in CASES if c.group in groups], with_probable=True)
 
 
+def test_heldout15_accuracy_floor() -> None:
+    """heldout15 (49 logs gathered in round 16 by five helpers that never read the rules; the
+    rules were frozen at 5d13f2b before the set was merged or read): 43/49 = 87.8% (unknown
+    6.1%), scored once; its record as a held-out set, held as a floor."""
+    s = _score("heldout15")
+    assert s.accuracy >= 0.877 and s.predicted("unknown") <= 3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 target not met: 87.8% (unknown 6.1%) on the fresh heldout15",
+)
+def test_the_fresh_set_meets_the_accuracy_and_unknown_targets() -> None:
+    """The issue's accuracy targets on the newest held-out set, scored once on frozen rules:
+    >= 95% right and ``unknown`` below 3%. heldout10 (95.7%, 2.9%) and heldout14 (96.4%,
+    1.8%) met both; heldout11 (89.3%), heldout12 (88.4%), heldout13 (87.9%) and heldout15
+    (87.8%, 6.1%) do not. One log is 2.0 points of 49; which logs were missed is not read (a
+    held-out set)."""
+    s = _score("heldout15")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
-    (core/lexicon.py, built from the tuning splits only; never acted on), over the three
-    held-out sets (296 logs): 288 right (97.3%, the table rebuilt from thirteen tuning splits);
-    the rules alone: 275 (92.9%). Floors at those figures. These sets have been scored every
-    round since they were gathered (never read, never written from), so this figure leans on
-    sets that are no longer fresh: the issue's targets are judged on the newest set, scored
-    once (bench/RESULTS.md)."""
+    (core/lexicon.py, built from the tuning splits only; never acted on), over the four
+    held-out sets (345 logs): 332 right (96.2%), no kind named for 4 (1.2%); the rules alone:
+    318 (92.2%), unknown 5.8%. Floors at those figures. Three of the sets have been scored
+    every round since they were gathered (never read, never written from), so this figure
+    leans on sets that are no longer fresh: the issue's targets are judged on the newest set,
+    scored once (above and bench/RESULTS.md)."""
     s = _with_probable(HELDOUT)
-    assert s.accuracy >= 0.972 and s.predicted("unknown") / s.n < 0.03
+    assert s.accuracy >= 0.962 and s.predicted("unknown") / s.n < 0.03
+
+
+def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
+    """heldout15 read with the probable kind: 44/49 = 89.8%, nothing named 1; floors there."""
+    s = _with_probable(("heldout15",))
+    assert s.accuracy >= 0.897 and s.predicted("unknown") <= 1
 
 
 @pytest.mark.parametrize("group", HELDOUT)
