@@ -24,8 +24,8 @@ Three sets, scored separately:
   14's rules were written and merged after they were frozen, scored once on them, a tuning
   set in round 15); ``tune13`` (``heldout14``, gathered while round 15's rules were written
   and merged after they were frozen, scored once on them, a tuning set in round 16);
-  ``heldout15`` (gathered while round 16's rules were written and merged after they were
-  frozen, scored once on them: the fresh set);
+  ``tune14`` (``heldout15``, gathered while round 16's rules were written and merged after
+  they were frozen, scored once on them, a tuning set in round 17);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -243,8 +243,9 @@ TUNING_SETS = (
     "tune11",
     "tune12",
     "tune13",
+    "tune14",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout15")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
