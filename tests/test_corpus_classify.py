@@ -225,9 +225,9 @@ def test_tune14_accuracy_floor() -> None:
     """tune14 (49 logs gathered as heldout15 in round 16 by five helpers that never read the
     rules; the rules were frozen at 5d13f2b before the set was merged or read): 43/49 = 87.8%
     (unknown 6.1%), scored once, its record as a held-out set (host_oom precision 6/7); a
-    tuning set since round 17."""
+    tuning set since round 17, whose rules took it to 47/49."""
     s = _score("tune14")
-    assert s.accuracy >= 0.877 and s.predicted("unknown") <= 3
+    assert s.accuracy >= 0.959 and s.predicted("unknown") <= 1
 
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:

@@ -434,6 +434,9 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 16 (tune13): each shares its first character with a trigger above
     "calculated on the restored bytes",  # TF's tensor_bundle: a checkpoint shard's CRC failed
     "infx",  # Paddle's '{:x<6f}' metric format pads an infinite loss: "loss: infxxx,"
+    # -- round 17 (tune14): each shares its first character with a trigger above
+    "Error while creating shared memory segment",  # NCCL's shmutils.cc, the line alone
+    "or --finetune to prevent attempting to load",  # Megatron's checkpoint loader exiting
 )
 
 
@@ -930,7 +933,8 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # train_micro_batch_size_per_gpu needs to be provided", precision_config.py's
             # "fp16.loss_scale must be >= 0 ...", elasticity/config.py's ElasticityConfigError
             r"(?:Error|Exception)\b:?\s.*?(?:\bDeepSpeedConfig: |bfloat16 and fp16 modes cannot be"
-            r"|\btrain_micro_batch_size_per_gpu\b|\b(?:fp16|bf16|zero_optimization)\.\w+ must\b)",
+            r"|\b(?:train_micro_batch_size|micro_batch)_per_gpu\b"
+            r"|\b(?:fp16|bf16|zero_optimization)\.\w+ must\b)",
             r"ElasticityConfigError",
             # -- issue 12, round 6: the same idea, widened from the messages the frameworks
             # raise (every DeepSpeed-related raise and assert in deepspeed 0.19.8 runtime/,
@@ -1029,6 +1033,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # stored 3880206044 vs. calculated on the restored bytes 1782481297" on the next
             # line, tensorflow/tensorflow#39033)
             r"Checksum does not match: stored \d+ vs\. calculated on the restored bytes \d+",
+            # (round 17) Megatron-LM's checkpointing.load_checkpoint, and SwissArmyTransformer's
+            # copy of it, printing a KeyError as "Unable to load optimizer from checkpoint X.
+            # Specify --no-load-optim or --finetune to prevent attempting to load the optimizer
+            # state, exiting ..." ("--no-load-rng ... the random state" / "the rng state" for
+            # the RNG states) and calling sys.exit(): the checkpoint lacks what a resume reads
+            # (THUDM/SwissArmyTransformer#137)
+            r"Specify --no-load-(?:optim|rng) or --finetune to prevent attempting to load",
             r"inline_container\.cc:\d+\] \. file not found: ",
             # (round 13: also "file signature not found", HDF5's word for a file that is not
             # HDF5 or was cut to nothing: a Keras load_weights on a save that was interrupted,
@@ -1299,6 +1310,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # NCCL's own WARN lines come with its errors (bootstrap, sockets, proxy), c10d's
             # rendezvous socket that never connects, DeepSpeed's runner ssh check of the hosts
             r"NCCL WARN (?!.*(?:No plugin found|Could not find|Cuda failure 'out of memory'))",
+            # (round 17) NCCL misc/shmutils.cc's WARN text pasted without its "NCCL WARN"
+            # prefix: the shared-memory transport's segment under /dev/shm could not be made
+            # (a container's 64 MB /dev/shm; WangRongsheng/XrayGLM#83). NCCL's own segment,
+            # so NCCL_SHM_DISABLE or a larger /dev/shm mends it, not fewer loader workers
+            r"Error while creating shared memory segment /dev/shm/nccl-",
             r"client socket has failed to connect to any network address",
             r"NCCL INFO \S+\.(?:cc|h):\d+ -> [236]\s*$",
             r"Rendezvous\w*(?:Error|Exception)",
@@ -1409,6 +1425,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # as other negative codes are a library's own (OpenCL, HRESULTs)
     (re.compile(r"(?i:\b(?:error|exit|return)[ _]?code\b\s*[:=]?\s*-9\b)"), 9),
     (re.compile(r"=\s+EXIT CODE: (\d+)\b"), None),  # MPICH prints the signal number
+    # (round 17) paddle.distributed.launch's Container.__str__ ("Container rank 0 status
+    # failed cmd [...] code -9 log ./debug/workerlog.0"): the worker's Popen.returncode
+    # (PaddlePaddle/PaddleOCR#11773)
+    (re.compile(r"\bContainer rank \d+ status \w+ cmd .* code -(\d+) log\b"), None),
     (re.compile(r"(?:exit code|exit status|returned non-zero exit status) 137\b"), 9),
     (re.compile(r"(?:exited with code|exit code:)\s*137\b"), 9),  # docker, kubectl
     # alone on its line, or glued to the progress output it interrupted ("...it/s]Killed",
@@ -1472,10 +1492,16 @@ _EXC_LINE = re.compile(
     r"))(?::\s|:?\s*$)"
 )
 # Exception lines that say "a child failed" without saying why: the child's own output says it
-# (the innermost cause of a launcher's chained traceback is the child's exception).
+# (the innermost cause of a launcher's chained traceback is the child's exception). And
+# (round 17) TensorFlow's ResourceExhaustedError, which says a resource ran out but not which
+# (device or host memory, or a full disk: TF maps ENOSPC to it too); its message and the lines
+# around it say which (the rules, _TF_OOM), and it is never the script's own error.
 _EXC_NOT_USER_CODE = frozenset(
-    {"ChildFailedError", "CalledProcessError", "ProcessExitedException", "ProcessRaisedException"}
-)
+    {
+        "ChildFailedError", "CalledProcessError", "ProcessExitedException",
+        "ProcessRaisedException", "ResourceExhaustedError",
+    }
+)  # fmt: skip
 # An exception line whose class name has no trigger in it, read only right after a frame
 # (``_exception_after_frame``): a dotted name alone or with a message ("zipfile.BadZipFile:
 # File is not a zip file"), or a plain one with a message ("SystemExit: 1"); not a lone
@@ -1585,7 +1611,13 @@ _PROSE_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
 # (issue 12, round 6) TensorFlow's OOM when its line names no device (TensorFlow 1.x:
 # "Resource exhausted: OOM when allocating tensor with shape[256,112,112,64]", with the op's
 # placement on the next line); the device-named forms are rules above
-_TF_OOM = re.compile(r"OOM when allocating tensor(?!.{0,300}?/device:(?:GPU|CPU):\d)")
+#: (round 17) ... and TensorFlow 2.x's eager/graph "ResourceExhaustedError: failed to allocate
+#: memory" (minimaxir/gpt-2-simple#282), the same exhaustion with no tensor named: read the
+#: same way, not as the ordinary exception (a user error) its class name alone would make it
+_TF_OOM = re.compile(
+    r"OOM when allocating tensor(?!.{0,300}?/device:(?:GPU|CPU):\d)"
+    r"|(?:ResourceExhaustedError|RESOURCE_EXHAUSTED|Resource exhausted): failed to allocate memory"
+)
 _TF_DEVICE = re.compile(
     r"(?:_device=\"[^\"]*/(?:device:)?(?:(GPU|gpu)|CPU|cpu):\d|Allocator \((?:(GPU)_\d+_bfc"
     r"|cpu)\)|\b(?:(GPU)_\d+_bfc|cpu_allocator)\b)"
