@@ -64,9 +64,10 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 #: cuda_oom for a host_oom when it was scored once; as tune9, round 12's rules read that error
 #: right. heldout13 (round 14's rules, scored once) took a darknet CUDA error for a build error
 #: (3 of 4 right); as tune12, round 15's rules read it right. heldout15 (round 16's rules,
-#: scored once) took a log labelled disk_full for a host_oom (6 of 7 right); as tune14, a
-#: strict xfail until round 17's rules read it.
-_IMPRECISE = {"tune14": "host_oom precision 6/7 = 0.86 on heldout15, now tune14 (issue 12)"}
+#: scored once) took a log labelled disk_full for a host_oom (6 of 7 right); read as tune14 in
+#: round 17, the verdict was the corpus's convention (/dev/shm exhausted by DataLoader workers
+#: is host memory) and the label was not, so the label was corrected. None now.
+_IMPRECISE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -225,9 +226,11 @@ def test_tune14_accuracy_floor() -> None:
     """tune14 (49 logs gathered as heldout15 in round 16 by five helpers that never read the
     rules; the rules were frozen at 5d13f2b before the set was merged or read): 43/49 = 87.8%
     (unknown 6.1%), scored once, its record as a held-out set (host_oom precision 6/7); a
-    tuning set since round 17, whose rules took it to 47/49."""
+    tuning set since round 17, whose rules took it to 47/49, and 48/49 with one label corrected
+    (a /dev/shm exhaustion gathered as disk_full, the corpus's host_oom; corpus README). The
+    one left is TensorFlow's OOM that names no device: ``unknown``, not guessed."""
     s = _score("tune14")
-    assert s.accuracy >= 0.959 and s.predicted("unknown") <= 1
+    assert s.accuracy >= 0.979 and s.predicted("unknown") <= 1
 
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
