@@ -25,9 +25,9 @@ Three sets, scored separately:
   set in round 15); ``tune13`` (``heldout14``, gathered while round 15's rules were written
   and merged after they were frozen, scored once on them, a tuning set in round 16);
   ``tune14`` (``heldout15``, gathered while round 16's rules were written and merged after
-  they were frozen, scored once on them, a tuning set in round 17); ``heldout16`` (gathered
-  while round 17's rules were written and merged after they were frozen, scored once on
-  them: the fresh set);
+  they were frozen, scored once on them, a tuning set in round 17); ``tune15``
+  (``heldout16``, gathered while round 17's rules were written and merged after they were
+  frozen, scored once on them, a tuning set in round 18);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -246,8 +246,9 @@ TUNING_SETS = (
     "tune12",
     "tune13",
     "tune14",
+    "tune15",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout16")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
