@@ -437,6 +437,14 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 17 (tune14): each shares its first character with a trigger above
     "Error while creating shared memory segment",  # NCCL's shmutils.cc, the line alone
     "or --finetune to prevent attempting to load",  # Megatron's checkpoint loader exiting
+    # -- round 18 (tune15): each shares its first character with a trigger above, or starts
+    # with a rare one (the localized shells' "command not found")
+    "Not enough disk space. Needed",  # HF datasets' own free-space check before a build
+    "Triton Error [CUDA]: ",  # Triton's driver errors, raised without "CUDA error:"
+    "未找到命令",  # zh_CN bash "command not found"
+    "コマンドが見つかりません",  # ja
+    "команда не найдена",  # ru
+    "commande introuvable",  # fr
 )
 
 
@@ -622,6 +630,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
             # torch DataLoader: the kernel OOM-killed a worker (pytorch/pytorch#8976)
             r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed",
+            # (round 18) Paddle's copy (data_loader.cc: "SystemError: (Fatal) DataLoader process
+            # (pid 1104) exited is killed by signal: Killed.", PaddleDetection#7252)
+            r"DataLoader process \(pid[^)]*\) exited is killed by signal: Killed",
             r"\[Errno 12\] Cannot allocate memory",  # OSError(ENOMEM): fork, mmap, pin_memory
             # /dev/shm (RAM-backed) exhausted by DataLoader workers passing tensors: torch's
             # SIGBUS handler in csrc/DataLoader.cpp, the worker's death, and the shm file write
@@ -761,6 +772,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # huggingface/blog#114)
             r"\bThere is not enough space on the disk\b",
             r"\bInsufficient disk space\b",
+            # (round 18) HF datasets' builder.download_and_prepare refusing to build a dataset
+            # cache where has_sufficient_disk_space finds too little ("OSError: Not enough disk
+            # space. Needed: 1.62 GiB (download: ..., generated: ...)", "Needed: Unknown size"
+            # when the cache's filesystem reports no free space at all; zai-org/ChatGLM-6B#1305)
+            r"Not enough disk space\. Needed: ",
         ),
     ),
     (
@@ -1001,6 +1017,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # size, needs a universal checkpoint (changing world size or stage hits this)
             r"The checkpoint being loaded used a DP world size of",
             r"Error\(s\) in loading state_dict for",  # torch nn.Module.load_state_dict
+            # (round 18) torch.distributed.checkpoint's default load planner on a resume whose
+            # checkpoint lacks a key the model has ("RuntimeError: Missing key in checkpoint
+            # state_dict: model.layers.0.attention.wq.weight.", pytorch/torchtitan#961)
+            r"Missing key in checkpoint state_dict: ",
             r"size mismatch for \S+: copying a param with shape",  # its indented detail
             r"^\s*size mismatch for\s*$",  # (round 9) ... wrapped after "for" by a paste
             r"(?:Missing|Unexpected) key\(s\) in state_dict",
@@ -1117,6 +1137,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 16: PaddleOCR and its forks log each metric as '{}: {:x<6f}', so a NaN
             # loss is padded with the fill character: "loss: nanxxx", PaddleOCR#10042)
             r"(?i:\b\w*loss\w*['\"\]\s:=|]{1,40}(?:tensor\()?nanx*\b)",
+            # (round 18) TRL's preference trainers (DPO, KTO, ORPO, CPO) log the policy's
+            # log-probabilities and logits per batch ("'logps/chosen': nan, 'logits/rejected':
+            # nan"): NaN there is the model's output gone NaN, whatever the loss shows
+            # (huggingface/trl#1199, in fp16, with 'loss': 0.0). Not the rewards: a GRPO
+            # reward function may return None, logged as nan, with the model healthy
+            r"['\"](?:logps|logits)/\w+['\"]:\s*nan\b",
             # (round 11) a step-led row of numbers in which every value is NaN: a script's own
             # "print(step, loss)" ("76980 nan", prajdabre/yanmtt#7), DeepXDE's loss table
             # ("2000      [nan]         [nan]         [nan]"). Every value, lower-case "nan"
@@ -1183,6 +1209,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDA driver version is insufficient for CUDA runtime version",
             r"no kernel image is available for execution on the device",
             r"Device-side assert(?:ion)?",  # ROCm's kernel assert, torch's "triggered"
+            # (round 18) Triton's launcher raising the driver's error string itself
+            # ("RuntimeError: Triton Error [CUDA]: device-side assert triggered",
+            # facebookresearch/blt#102; "... an illegal memory access was encountered"); its
+            # out-of-memory is not a fault of the context
+            r"Triton Error \[CUDA\]: (?!out of memory)",
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
             # (round 6: also as Caffe's glog CHECK and CNTK print it, with no "error" on the
             # line: "Check failed: status == CUBLAS_STATUS_SUCCESS (13 vs. 0)
@@ -1389,6 +1420,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"^Error: (?:No such (?:command|option)|Invalid value for|Missing (?:argument|option"
             r"|parameter)|Got unexpected extra arguments?)\b",
             r"(?:^|: )\S+: command not found\s*$",
+            # (round 18) bash's own translations of it, zh_CN's after a full-width colon
+            # (U+FF1A: "bmtrain_mgpu.sh: 行 84: torchrun" + it + "未找到命令",
+            # FlagAI-Open/FlagAI#511), ja, ru, fr
+            r"\S[:\uff1a] ?(?:未找到命令|コマンドが見つかりません|команда не найдена"
+            r"|commande introuvable)\s*$",
             r"can't open file .{1,300}?\[Errno 2\] No such file or directory",
             # the port of a previous run still held (c10d server socket, Windows WSAEADDRINUSE)
             r"server socket has failed to (?:bind|listen).*(?:Address already in use|errno: 98)",
