@@ -1,7 +1,8 @@
 """Issue 12, round 18: rules written from ``tune15`` (gathered as ``heldout16``), each from the
 code that prints the message: HF datasets' own free-space check, Triton's CUDA errors, the
-distributed checkpoint's missing key, Paddle's DataLoader worker killed, bash's localized
-"command not found", and TRL's per-batch log-probabilities gone NaN. Each positive case fails
+distributed checkpoint's missing key, Paddle's DataLoader worker killed, and TRL's per-batch
+log-probabilities gone NaN (bash's localized "command not found" is left alone: see the
+trigger list in core/classify.py). Each positive case fails
 on the rules before round 18 but one, Triton's illegal memory access, which an older rule
 already read (kept beside the new Triton rule as a guard); the near misses pass before and
 after.
@@ -46,9 +47,6 @@ K = FailureKind
             "Killed. (at /paddle/paddle/fluid/imperative/data_loader.cc:181)",
             K.HOST_OOM,
         ),
-        # bash in zh_CN, with its full-width colon (FlagAI-Open/FlagAI#511), and in ja
-        ("bmtrain_mgpu.sh: 行 84: torchrun\uff1a未找到命令", K.USER_CODE_ERROR),
-        ("train.sh: 行 3: deepspeed: コマンドが見つかりません", K.USER_CODE_ERROR),
         # TRL's DPO in fp16 (huggingface/trl#1199): the loss reads 0.0, the log-probs are NaN
         (
             "{'loss': 0.0, 'learning_rate': 6.666666666666667e-05, 'rewards/chosen': nan, "
@@ -72,8 +70,6 @@ def test_round18_messages(line: str, expected: FailureKind) -> None:
             K.LOSS_DIVERGENCE,
         ),
         ("{'loss': 0.6931, 'logps/chosen': -103.93, 'logits/rejected': -111.6}", K.LOSS_DIVERGENCE),
-        # the words inside a sentence, not bash's report
-        ("提示\uff1a如果未找到命令\uff0c请先安装 deepspeed 再运行", K.USER_CODE_ERROR),
     ],
 )
 def test_round18_near_misses(line: str, not_expected: FailureKind) -> None:
