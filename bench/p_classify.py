@@ -27,9 +27,9 @@ Three sets, scored separately:
   ``tune14`` (``heldout15``, gathered while round 16's rules were written and merged after
   they were frozen, scored once on them, a tuning set in round 17); ``tune15``
   (``heldout16``, gathered while round 17's rules were written and merged after they were
-  frozen, scored once on them, a tuning set in round 18); ``heldout17`` (gathered while
-  round 18's rules were written and merged after they were frozen, scored once on them: the
-  fresh set);
+  frozen, scored once on them, a tuning set in round 18); ``tune16`` (``heldout17``,
+  gathered while round 18's rules were written and merged after they were frozen, scored
+  once on them, a tuning set in round 19);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -249,8 +249,9 @@ TUNING_SETS = (
     "tune13",
     "tune14",
     "tune15",
+    "tune16",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout17")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
