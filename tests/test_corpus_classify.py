@@ -248,9 +248,10 @@ def test_tune15_accuracy_floor() -> None:
 def test_tune16_accuracy_floor() -> None:
     """tune16 (49 logs gathered as heldout17 in round 18 by five helpers that never read the
     rules; the rules were frozen at 99cdf89 before the set was merged or read): 46/49 = 93.9%
-    (unknown 2.0%), scored once, its record as a held-out set; a tuning set since round 19."""
+    (unknown 2.0%), scored once, its record as a held-out set; a tuning set since round 19,
+    whose rules took it to 49/49."""
     s = _score("tune16")
-    assert s.accuracy >= 0.938 and s.predicted("unknown") <= 1
+    assert s.accuracy >= 1.0 and s.predicted("unknown") == 0
 
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:

@@ -444,6 +444,8 @@ _TRIGGERS: tuple[str, ...] = (
     # unknown, only saves one retry.)
     "Not enough disk space. Needed",  # HF datasets' own free-space check before a build
     "Triton Error [CUDA]: ",  # Triton's driver errors, raised without "CUDA error:"
+    # -- round 19 (tune16): each shares its first character with a trigger above
+    "nrecognized arguments: ",  # argparse's rejection quoted without its "prog: error: "
 )
 
 
@@ -568,6 +570,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "failed to allocate 3.80G (...) from device: CUDA_ERROR_OUT_OF_MEMORY", a retry
             # with less that usually goes on
             r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
+            # (round 19) newer XLA's allocator wording through jaxlib's XlaRuntimeError
+            # ("RESOURCE_EXHAUSTED: Out of memory allocating 56932566736 bytes.",
+            # google-research/multinerf#99)
+            r"RESOURCE_EXHAUSTED: Out of memory allocating \d+ bytes",
             # (round 9) older XLA's spelling of the same status ("Execution of replica 0
             # failed: Resource exhausted: Out of memory while trying to allocate 5520758552
             # bytes.", google/jax#788), also wrapped after its "Out" by an 80-column paste
@@ -641,6 +647,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"is killed by signal: Bus error",
             r"unable to write to file </torch_",
             r"unable to open shared memory object",
+            # (round 19) Paddle's DataLoader worker failing to map its /dev/shm segment
+            # (mmap_allocator.cc: "RuntimeError: (Unavailable) Memory map failed when create
+            # shared memory.", PaddlePaddle/Paddle3D#326): the same RAM-backed exhaustion
+            r"Memory map failed when create shared memory",
             r"std::bad_alloc",  # C++ heap exhaustion ("what():  std::bad_alloc")
             r"(?<![A-Za-z])MemoryError\b",  # Python's own allocation failure
             # kernel records (mm/oom_kill.c) when a wrapper tails the kernel log: these are the
@@ -1404,6 +1414,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # argparse rejecting a flag (exit 2), e.g. a script without --local_rank under the
             # DeepSpeed launcher, or a flag dsguard delivers that the script does not take
             r"error: unrecognized arguments: ",
+            # (round 19) ... and its message quoted alone at the start of a line, without the
+            # "prog: error: " before it (microsoft/mattergen#180, in backticks)
+            r"^[`'\"]?unrecognized arguments: \S",
             r"error: the following arguments are required: ",
             # -- issue 12, round 6: argparse's other rejections ("train.py: error: argument
             # --lr: invalid float value: '1e-4,'", "... argument --mode: invalid choice: ...",
