@@ -1,11 +1,12 @@
 """Real CUDA failures, provoked on the GPU machine and read by dsguard's live classifier.
 
-The corpus (``tests/data/corpus``) holds what users pasted; this holds what the installed
-torch on a real card prints *today*, read the way ``dsguard run`` reads it: the child's merged
-stdout/stderr is pumped chunk by chunk through :class:`~dsguard.core.classify.StreamClassifier`
-while it runs, and the verdict is taken from ``classify`` with the real exit status. Each case
-records whether the ending line was seen *at line time* (a fatal evidence before the process
-exited, and how long before) and whether the verdict is the kind an engineer would name.
+The corpus (``tests/data/corpus``) holds what users pasted; this holds what the installed torch
+on a real card prints *today*, read the way ``dsguard run`` reads it: the child's merged
+stdout/stderr is read by the loop's own :class:`~dsguard.run.watch.OutputPump` (log, redaction,
+:class:`~dsguard.core.classify.StreamClassifier`) while it runs, and the verdict is taken from
+``classify`` with the real exit status. Each case records whether the ending line was seen *at
+line time* (a fatal evidence before the process exited, and how long before) and whether the
+verdict is the kind an engineer would name.
 
 The failure modes it checks:
 
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsguard.core.classify import StreamClassifier, classify, decode_exit
+from dsguard.core.classify import Evidence, StreamClassifier, classify, decode_exit
+from dsguard.run.watch import OutputPump
 
 
 @dataclass(frozen=True)
@@ -143,32 +145,30 @@ def run_case(case: Case, workdir: Path, timeout_s: float) -> dict[str, Any]:
     else:
         argv = [sys.executable, str(script)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict(case.env)}
+    log = workdir / f"{case.name}.log"
     sc = StreamClassifier()
-    chunks: list[str] = []
-    first_fatal: dict[str, Any] | None = None
+    fatal: list[tuple[float, Evidence]] = []
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             cwd=workdir)  # fmt: skip
     assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    while True:
-        if time.monotonic() - t0 > timeout_s:
-            proc.kill()
-        data = os.read(fd, 65536)
-        if not data:
-            break
-        text = data.decode("utf-8", errors="replace")
-        chunks.append(text)
-        for ev in sc.feed(text):
-            if ev.fatal and first_fatal is None:
-                first_fatal = {"t_s": time.monotonic() - t0, "line_no": ev.line_no,
-                               "kind": str(ev.kind), "text": ev.text[:300]}  # fmt: skip
-    rc = proc.wait()
+    # the loop's own pump: reads, logs and classifies the output as `dsguard run` does
+    pump = OutputPump(proc.stdout.fileno(), log, sc,
+                      on_fatal=lambda ev: fatal.append((time.monotonic() - t0, ev)))  # fmt: skip
+    pump.start()
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait()
     t_exit = time.monotonic() - t0
-    for ev in sc.close():
-        if ev.fatal and first_fatal is None:
-            first_fatal = {"t_s": t_exit, "line_no": ev.line_no, "kind": str(ev.kind),
-                           "text": ev.text[:300], "at_close": True}  # fmt: skip
+    pump.join(30)
+    proc.stdout.close()
+    first_fatal: dict[str, Any] | None = None
+    if fatal:
+        t_s, ev = fatal[0]
+        first_fatal = {"t_s": min(t_s, t_exit), "line_no": ev.line_no, "kind": str(ev.kind),
+                       "text": ev.text[:300]}  # fmt: skip
     failure = classify(sc.evidence, decode_exit(rc), tail=sc.tail)
     got = None if failure is None else str(failure.kind)
     return {
@@ -180,7 +180,7 @@ def run_case(case: Case, workdir: Path, timeout_s: float) -> dict[str, Any]:
         ),
         "evidence": [] if failure is None else list(failure.evidence),
         "retry_helps": None if failure is None else failure.retry_helps,
-        "output": "".join(chunks),
+        "output": log.read_text(encoding="utf-8", errors="replace"),
     }  # fmt: skip
 
 
