@@ -29,8 +29,9 @@ Three sets, scored separately:
   (``heldout16``, gathered while round 17's rules were written and merged after they were
   frozen, scored once on them, a tuning set in round 18); ``tune16`` (``heldout17``,
   gathered while round 18's rules were written and merged after they were frozen, scored
-  once on them, a tuning set in round 19); ``heldout18`` (gathered while round 19's rules
-  were written and merged after they were frozen, scored once on them: the fresh set);
+  once on them, a tuning set in round 19); ``tune17`` (``heldout18``, gathered while round
+  19's rules were written and merged after they were frozen, scored once on them, a tuning
+  set in round 20);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -251,8 +252,9 @@ TUNING_SETS = (
     "tune14",
     "tune15",
     "tune16",
+    "tune17",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout18")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
