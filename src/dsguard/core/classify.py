@@ -1123,6 +1123,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 13) DyNet's Trainer::update on a non-finite gradient norm
             # (training.cc: "Magnitude of gradient is bad: -nan")
             r"Magnitude of gradient is bad: [-+]?(?i:nan|inf)",
+            # (round 20) PySlowFast's misc.check_nan_losses and the video/recognition code
+            # built on it (facebookresearch/SlowFast slowfast/utils/misc.py: RuntimeError("ERROR:
+            # Got NaN losses {datetime}"); Buzz-Beater/LEMMA#5), raised on the step's loss
+            r"\bERROR: Got NaN losses\b",
             # (round 15) trainers that stop themselves on a non-finite loss: yolov5's train.py
             # ("WARNING: non-finite loss, ending training  tensor([nan, nan, nan, nan])",
             # ultralytics/yolov5#673) and SpeechBrain's Brain.check_loss_isfinite once its
@@ -1442,6 +1446,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # None, a dict) when a tracker logs the run's configuration (accelerate
             # init_trackers, bghira/SimpleTuner#940): the job's own settings, retried in vain
             r"value should be one of int, float, str, bool, or torch\.Tensor",
+            # -- round 20 (tune17): Hydra's instantiate() failing to import a config's
+            # `_target_` (hydra/_internal/instantiate/_instantiate2.py _resolve_target: "Error
+            # locating target 'src.models.x.XLitModule', see chained exception above." in 1.2,
+            # "..., set env var HYDRA_FULL_ERROR=1 to see chained stack trace." later, the bare
+            # quote since 1.3): a wrong path or an uninstalled package, the job's own
+            # (ashleve/lightning-hydra-template#350). The chained cause, when printed, is read
+            # first and outranks it (a build error importing an op stays a build error).
+            r"\bError locating target '[^']+'",
         ),
     ),
 )
@@ -1462,6 +1474,11 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"died with <Signals\.SIG\w+: (\d+)>"), None),
     (re.compile(r"Signal (\d+) \(SIG\w+\) received by PID"), None),
     (re.compile(r"terminated with signal SIGKILL"), 9),
+    # (round 20) fish's job notice (fish-shell proc.rs/proc.cpp: "fish: Job 1, 'python
+    # main.py' terminated by signal SIGKILL (Forced quit)", or "fish: 'cmd' terminated by
+    # ..." for a lone job, "fish: Process 42, 'cmd' from job 1, 'cmd' terminated by ..." for
+    # a pipeline's member; Lightricks/ComfyUI-LTXVideo#254)
+    (re.compile(r"^\w+: (?:Job \d+, |Process \d+, )?'.*' terminated by signal SIGKILL\b"), 9),
     (re.compile(r"exited on signal (\d+)"), None),
     # (issue 12, round 10) a wrapper printing the child's Popen.returncode under another name:
     # NVIDIA DIGITS' job status "ERROR: error code -9" (DIGITS#1362), "exit code -9"; -9 only,
@@ -1708,6 +1725,9 @@ _PREFIX = re.compile(
 # find its indentation. A token is taken for a host only if it looks like one: an exception
 # name ("RuntimeError: ...") or a tool name ("ninja: build stopped") must keep its line head.
 _HOST_LIKE = re.compile(r"localhost|(?=.*[\d-])(?!.*(?:Error|Exception|Warning)$).*")
+# A rank prefix after indentation: only torch's own "[rank3]:" / torchrun --tee's "[default3]:"
+# forms (the ones no code line can start with), read as the rank's line.
+_INDENTED_RANK = re.compile(r"[ \t]+(?=\[[A-Za-z_][\w-]*?\d+\]:)")
 _INLINE_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")  # c10d "[Rank 3]", "[PG 1 Rank 3]"
 # Echoed source of a traceback frame: plain Python indents it 4 spaces under '  File "...",'
 # (3 are left when a prefix like "[default0]:" ate one); rich draws frames inside
@@ -2084,6 +2104,11 @@ class StreamClassifier:
             return self._on_frame_header(
                 rank, frame_head, body, line, line_no, after_frame=after_frame
             )
+        if rank is None and (m := _INDENTED_RANK.match(body)) is not None:
+            # (round 20) a paste indented as a whole (a Markdown code block by indentation,
+            # isaac-sim/IsaacLab#4011): "    [rank1]:[E1113 ...] ... CUDA error: ..." is a
+            # rank's output, never source code (no Python statement starts "[rank1]:")
+            rank, body = _split_prefix(body[m.end() :])
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
             # 9.2 does not match ...", "      Unable to pre-compile ops ..."): an indented
