@@ -1247,6 +1247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = dict(C.scenarios(a.dry_run))
     if a.sweep_only:
         names: list[str] = []
+    elif a.scenarios == []:
+        # "--scenarios" with no names once ran every scenario (an H200 call meant for the
+        # sweep alone spent its time on them): refuse it rather than guess
+        p.error("--scenarios needs at least one name (--sweep-only runs the sweep alone)")
     elif a.scenarios:
         unknown = [n for n in a.scenarios if n not in table]
         if unknown:
