@@ -31,7 +31,8 @@ Three sets, scored separately:
   gathered while round 18's rules were written and merged after they were frozen, scored
   once on them, a tuning set in round 19); ``tune17`` (``heldout18``, gathered while round
   19's rules were written and merged after they were frozen, scored once on them, a tuning
-  set in round 20);
+  set in round 20); ``heldout19`` (gathered while round 20's rules were written and merged
+  after they were frozen, scored once on them: the fresh set);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -254,7 +255,7 @@ TUNING_SETS = (
     "tune16",
     "tune17",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout19")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
