@@ -1,8 +1,8 @@
 """Issue 12, round 20: rules written from ``tune17`` (gathered as ``heldout18``), each from the
 code that prints the message: PySlowFast's NaN-loss guard, Hydra failing to import a config's
 ``_target_``, fish's notice of a job killed by SIGKILL, and a rank's line inside a paste that
-was indented as a whole. Each positive case fails on the rules before round 20; the near
-misses pass before and after.
+was indented as a whole. Each positive case fails on the rules before round 20 (but Hydra's
+later wording, an exception line, which is a guard); the near misses pass before and after.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ K = FailureKind
             "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.",
             K.USER_CODE_ERROR,
         ),
-        # ... and its later wording, raised as hydra.errors.InstantiationException
+        # ... and its later wording, raised as hydra.errors.InstantiationException (an
+        # exception line, read as the user's before round 20 too: kept as a guard)
         (
             "hydra.errors.InstantiationException: Error locating target "
             "'src.datasets.drilling.get_loaders', set env var HYDRA_FULL_ERROR=1 to see chained "
