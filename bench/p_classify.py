@@ -31,8 +31,8 @@ Three sets, scored separately:
   gathered while round 18's rules were written and merged after they were frozen, scored
   once on them, a tuning set in round 19); ``tune17`` (``heldout18``, gathered while round
   19's rules were written and merged after they were frozen, scored once on them, a tuning
-  set in round 20); ``heldout19`` (gathered while round 20's rules were written and merged
-  after they were frozen, scored once on them: the fresh set);
+  set in round 20); ``tune18`` (``heldout19``, gathered while round 20's rules were written
+  and merged after they were frozen, scored once on them, a tuning set in round 21);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -254,8 +254,9 @@ TUNING_SETS = (
     "tune15",
     "tune16",
     "tune17",
+    "tune18",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout19")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
