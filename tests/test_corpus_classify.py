@@ -270,9 +270,12 @@ def test_tune17_accuracy_floor() -> None:
 def test_tune18_accuracy_floor() -> None:
     """tune18 (48 logs gathered as heldout19 in round 20 by five helpers that never read the
     rules; the rules were frozen at 05421d0 before the set was merged or read): 41/48 = 85.4%
-    (unknown 8.3%), scored once, its record as a held-out set; a tuning set since round 21."""
+    (unknown 8.3%), scored once, its record as a held-out set; a tuning set since round 21,
+    whose rules took it to 47/48. The one left is an echoed ``assert ..., "zero stage {}
+    requires an optimizer"`` source line whose AssertionError was not pasted: ``unknown``
+    (a source line is not read as a message)."""
     s = _score("tune18")
-    assert s.accuracy >= 0.854 and s.predicted("unknown") <= 4
+    assert s.accuracy >= 0.979 and s.predicted("unknown") <= 1
 
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:

@@ -446,6 +446,10 @@ _TRIGGERS: tuple[str, ...] = (
     "Triton Error [CUDA]: ",  # Triton's driver errors, raised without "CUDA error:"
     # -- round 19 (tune16): each shares its first character with a trigger above
     "nrecognized arguments: ",  # argparse's rejection quoted without its "prog: error: "
+    # -- round 21 (tune18): each shares its first character with a trigger above
+    "arameter is not finite",  # SpeechBrain's warning for a NaN/inf parameter
+    "WARN Call to ",  # NCCL 2.0-2.3's socket failures, printed without "NCCL"
+    "WARN Net : ",
 )
 
 
@@ -1020,6 +1024,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # trainer.py _load_from_checkpoint
             r"\[deepspeed\] failed to resume from checkpoint",
             r"Can't find a valid checkpoint at",
+            # (round 21) DeepSpeed's zero_to_fp32 / ds_to_universal get_checkpoint_files on a
+            # directory without ZeRO shards ("FileNotFoundError: can't find *_optim_states.pt
+            # files in directory '/m/llava-llama-3-8b'": an HF model dir given where a ZeRO
+            # checkpoint was expected; InternLM/xtuner#674)
+            r"can't find \S*_(?:optim|model)_states\.pt files in directory",
             r"Weights only load failed",  # torch >= 2.6 weights_only default, old pickles
             r"invalid load key",  # pickle on a non-pickle / corrupted file
             # DeepSpeed ZeRORuntimeException: optimizer state partitioned for another world
@@ -1123,6 +1132,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 13) DyNet's Trainer::update on a non-finite gradient norm
             # (training.cc: "Magnitude of gradient is bad: -nan")
             r"Magnitude of gradient is bad: [-+]?(?i:nan|inf)",
+            # (round 21) SpeechBrain's Brain.check_loss_isfinite on a non-finite loss, before its
+            # patience runs out (speechbrain/core.py, and PaddleSpeech's copy: logger.warning(
+            # "Parameter is not finite: " + str(p)) for each parameter that is NaN/inf;
+            # speechbrain#2031): the weights themselves have diverged
+            r"Parameter is not finite: Parameter containing",
             # (round 20) PySlowFast's misc.check_nan_losses and the video/recognition code
             # built on it (facebookresearch/SlowFast slowfast/utils/misc.py: RuntimeError("ERROR:
             # Got NaN losses {datetime}"); Buzz-Beater/LEMMA#5), raised on the step's loss
@@ -1211,6 +1225,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDA driver error:",
             r"cuda runtime error \(\d+\)",
             r"cuDNN error: CUDNN_STATUS_",
+            # (round 21) ... as torch 0.3/0.4 raised it: the status alone ("RuntimeError:
+            # CUDNN_STATUS_INTERNAL_ERROR", pytorch/pytorch#5962) or torch.backends.cudnn's
+            # CuDNNError ("CuDNNError: 4: CUDNN_STATUS_INTERNAL_ERROR"); ALLOC_FAILED is an OOM
+            # (above)
+            r"(?:RuntimeError|CuDNNError): (?:\d+: )?CUDNN_STATUS_[A-Z_]+",
             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # kernel assert
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
             r"uncorrectable ECC error",
@@ -1218,6 +1237,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"GPU has fallen off the bus",
             r"NVIDIA driver on your system is too old",
             r"Found no NVIDIA driver on your system",
+            # (round 21) torch's c10/cuda device_count_ensure_non_zero at CUDA init: no GPU is
+            # visible (an empty or wrong CUDA_VISIBLE_DEVICES, a lost device; jiaw-z/CoR-GS#23)
+            r"No CUDA GPUs are available",
             r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
             r"CUDA driver version is insufficient for CUDA runtime version",
             r"no kernel image is available for execution on the device",
@@ -1363,6 +1385,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"NCCL INFO \S+\.(?:cc|h):\d+ -> [236]\s*$",
             r"Rendezvous\w*(?:Error|Exception)",
             r"Timeout at NCCL work",
+            # (round 21) NCCL 2.0-2.3's debug lines had no "NCCL" tag ("host:pid:tid [dev]
+            # include/socket.h:194 WARN Call to recv failed : Connection reset by peer",
+            # horovod/horovod#210): its socket failures, not every WARN (an absent
+            # libibverbs is warned about and harmless)
+            r"^\S+:\d+:\d+ \[\d+\] \S+:\d+ WARN (?:Call to \w+ failed|Net : Connect to .* failed)",
             r"PasswordAuthentication=no \S+ hostname' returned non-zero exit status",
             # torch ProcessGroupNCCL.cpp, flight-recorder era (2.4+): a collective timed out on
             # some rank and this one is told to dump; a consequence, so below any root cause
@@ -1501,6 +1528,9 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
         9,
     ),
     (re.compile(r"已杀死"), 9),
+    # (round 21) the word in lower case, alone on its line (athena-team/athena#233, a 2 GB
+    # host: "please be patient, enable tf.function ..." then "killed")
+    (re.compile(r"^\s*killed\s*$"), 9),
     (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
     (re.compile(r"^zsh: killed\b"), 9),
     # job-control notices for a background job killed by SIGKILL: zsh "[1]    26478 killed
