@@ -33,8 +33,8 @@ Three sets, scored separately:
   19's rules were written and merged after they were frozen, scored once on them, a tuning
   set in round 20); ``tune18`` (``heldout19``, gathered while round 20's rules were written
   and merged after they were frozen, scored once on them, a tuning set in round 21);
-  ``heldout20`` (gathered while round 21's rules were written and merged after they were
-  frozen, scored once on them: the fresh set);
+  ``tune19`` (``heldout20``, gathered while round 21's rules were written and merged after
+  they were frozen, scored once on them, a tuning set in round 22);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -257,8 +257,9 @@ TUNING_SETS = (
     "tune16",
     "tune17",
     "tune18",
+    "tune19",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout20")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
