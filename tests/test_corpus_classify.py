@@ -282,9 +282,12 @@ def test_tune19_accuracy_floor() -> None:
     """tune19 (50 logs gathered as heldout20 in round 21 by five helpers that never read the
     rules, pointed away from LLM fine-tuning; the rules were frozen at 102255f before the set
     was merged or read): 37/50 = 74.0% (unknown 18.0%), scored once, its record as a held-out
-    set; a tuning set since round 22."""
+    set; a tuning set since round 22, whose rules took it to 49/50. The one left is a GAN's
+    progress bar whose losses read ``DF=nan, G=nan``: ``unknown`` (a NaN in a progress bar's
+    postfix is left unnamed: the live loop stops a run on two NaN lines, and a bar redraws
+    a metric that has no value yet as nan)."""
     s = _score("tune19")
-    assert s.accuracy >= 0.74 and s.predicted("unknown") <= 9
+    assert s.accuracy >= 0.98 and s.predicted("unknown") <= 1
 
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:

@@ -450,6 +450,15 @@ _TRIGGERS: tuple[str, ...] = (
     "arameter is not finite",  # SpeechBrain's warning for a NaN/inf parameter
     "WARN Call to ",  # NCCL 2.0-2.3's socket failures, printed without "NCCL"
     "WARN Net : ",
+    # -- round 22 (tune19): each shares its first character with a trigger above
+    "isk full while running job",  # Azure ML's job monitor
+    "oException",  # gloo::IoException (shares "o")
+    "ait timeout",  # Horovod's gloo http_store
+    "gent received command: stop",  # W&B's sweep agent (shares "a")
+    "rad scale is small",  # icefall's fp16 guard (shares "r")
+    "ould not override '",  # Hydra's ConfigCompositionException (shares "o")
+    "s not in struct",  # OmegaConf
+    "No module named ",  # the interpreter's `python -m` failure
 )
 
 
@@ -760,6 +769,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # names it.)
             r"(?i:^(?!.*NCCL WARN).*?no space left on device)",
             r"\[Errno 28\]",
+            # (round 22) Azure ML / Azure Batch's job monitor: "Disk full while running job.
+            # Please consider reducing amount of data accessed, or upgrading VM SKU. Total
+            # space: ... available space: ..." (FGA-DIKU/BONSAI#77)
+            r"Disk full while running job",
             r"(?i:disk quota exceeded)",  # strerror(EDQUOT); also lower case in prose
             r"\[Errno 122\]",
             # torch.save's zip writer (caffe2 inline_container.cc) drops errno: a failed data
@@ -1034,6 +1047,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # DeepSpeed ZeRORuntimeException: optimizer state partitioned for another world
             # size, needs a universal checkpoint (changing world size or stage hits this)
             r"The checkpoint being loaded used a DP world size of",
+            # (round 22) Keras's load_weights (engine/saving.py: "Layer #177 (named
+            # \"rpn_conv1\"), weight <...> has shape (3, 3, 512, 512), but the saved weight
+            # has shape (512, 1024, 3, 3).", "You are trying to load a weight file containing
+            # N layers into a model with M layers."; kbardool/Keras-frcnn#26) and Orbax's
+            # restore of a checkpoint missing its array metadata ("File not found:
+            # .../.zarray. In many cases, this results from copying a checkpoint without using
+            # the `-a` flag."; cgarciae/ciclo#12)
+            r"but the saved weight has shape",
+            r"You are trying to load a weight file containing \d+ layers into a model with",
+            r"this results from copying a checkpoint without using the `-a` flag",
             r"Error\(s\) in loading state_dict for",  # torch nn.Module.load_state_dict
             # (round 18) torch.distributed.checkpoint's default load planner on a resume whose
             # checkpoint lacks a key the model has ("RuntimeError: Missing key in checkpoint
@@ -1119,6 +1142,19 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # fairseq trainer.py / any code raising on a collapsed scale or a NaN loss
             r"FloatingPointError",
             r"Minimum loss scale reached",
+            # (round 22) torch.distributions' argument check failing the Real() constraint,
+            # which only NaN fails (constraints._Real.check is value == value): a policy's or
+            # a VAE's parameters gone NaN ("ValueError: Expected parameter logits (...) of
+            # distribution Categorical(...) to satisfy the constraint
+            # IndependentConstraint(Real(), 1), but found invalid values:";
+            # IDSIA/hhmarl_2D#15, the usual stable-baselines3 and RLlib symptom)
+            r"to satisfy the constraint (?:IndependentConstraint\()?Real\(\)(?:, \d+\))?, but "
+            r"found invalid values",
+            # (round 22) icefall's fp16 guard (egs/*/train.py: a warning while the grad scale is
+            # below 0.01, a RuntimeError below 1e-5): the warning only with a value Python
+            # prints in exponent form (below 1e-4), and the exit; k2-fsa/icefall#1463
+            r"Grad scale is small: \d(?:\.\d+)?e-\d+",
+            r"grad_scale is too small, exiting",
             r"number of nan iterations:\s*[1-9]",  # Megatron's per-interval log line
             # Megatron core/distributed/param_and_grad_buffer.py: "Rank N: found NaN in local
             # grad norm in backward pass before data-parallel communication collective" (an
@@ -1230,6 +1266,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # CuDNNError ("CuDNNError: 4: CUDNN_STATUS_INTERNAL_ERROR"); ALLOC_FAILED is an OOM
             # (above)
             r"(?:RuntimeError|CuDNNError): (?:\d+: )?CUDNN_STATUS_[A-Z_]+",
+            # (round 22) ... and as Paddle's enforce prints it: "OSError: (External) CUDNN
+            # error(8), CUDNN_STATUS_EXECUTION_FAILED." (yeyupiaoling/PPASR#75)
+            r"\(External\) CUDNN error\(\d+\), CUDNN_STATUS_",
             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # kernel assert
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
             r"uncorrectable ECC error",
@@ -1297,6 +1336,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # submitit "Bypassing signal SIGTERM"). A SIGKILL of a *rank* is not here: see
             # _SIGNAL_DEATH, it is a probable host OOM until refuted.
             r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT",
+            # (round 22) a W&B sweep's controller stopping the run it gave the agent (early
+            # termination, or a stop from the sweep's page): wandb_agent's "Agent received
+            # command: stop" (wandb/wandb#698)
+            r"Agent received command: stop\b",
             r"DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE)",
             r"Received \d+ death signal",
             r"closing signal SIGHUP",
@@ -1345,6 +1388,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # torch ProcessGroupNCCL.cpp / NCCLUtils (NVIDIA/nccl#1410, LlamaFactory#6269,
             # ArcticTraining#219, accelerate#2174, pytorch/pytorch#57974)
             r"NCCL error",
+            # (round 22) gloo's transport and Horovod's gloo rendezvous: "terminate called after
+            # throwing an instance of 'gloo::IoException'", its http_store "Wait timeout
+            # (after 30 seconds) for key(s): 0" (horovod/horovod#2015, ray-project/ray#25866),
+            # and Horovod's driver never hearing from its tasks ("Timed out waiting for tasks
+            # to start. Please check connectivity between servers", ray-project/ray#15300)
+            r"gloo::IoException",
+            r"http_store\.cc:\d+\].*Wait timeout",
+            r"Timed out waiting for tasks to start\. Please check connectivity",
             r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument"
             r"|InvalidUsage|RemoteError)",
             r"[Ww]atchdog caught collective operation timeout",
@@ -1481,6 +1532,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (ashleve/lightning-hydra-template#350). The chained cause, when printed, is read
             # first and outranks it (a build error importing an op stays a build error).
             r"\bError locating target '[^']+'",
+            # (round 22) Hydra overriding a key the config does not have (its
+            # ConfigCompositionException "Could not override 'trainer.gpus'.", OmegaConf's
+            # "Key 'gpus' is not in struct"; lazaratan/dyn-gfn#8) and the interpreter's own
+            # "python3: No module named run" for `python -m` (clvrai/skill-chaining#4): the
+            # job's command line, retried in vain
+            r"\bCould not override '[^']+'\.",
+            r"\bKey '[^']+' is not in struct\b",
+            r"(?:^|python[\d.]*(?:\.exe)?: )No module named [\w.]+\s*$",
         ),
     ),
 )
