@@ -454,7 +454,7 @@ _TRIGGERS: tuple[str, ...] = (
     "isk full while running job",  # Azure ML's job monitor
     "oException",  # gloo::IoException (shares "o")
     "ait timeout",  # Horovod's gloo http_store
-    "gent received command: stop",  # W&B's sweep agent (shares "a")
+    "Agent received command: stop",  # W&B's sweep agent (shares "A")
     "rad scale is small",  # icefall's fp16 guard (shares "r")
     "ould not override '",  # Hydra's ConfigCompositionException (shares "o")
     "s not in struct",  # OmegaConf
