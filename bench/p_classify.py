@@ -34,7 +34,9 @@ Three sets, scored separately:
   set in round 20); ``tune18`` (``heldout19``, gathered while round 20's rules were written
   and merged after they were frozen, scored once on them, a tuning set in round 21);
   ``tune19`` (``heldout20``, gathered while round 21's rules were written and merged after
-  they were frozen, scored once on them, a tuning set in round 22);
+  they were frozen, scored once on them, a tuning set in round 22); ``heldout21`` (gathered
+  while round 22's rules were written and merged after they were frozen, scored once on them:
+  the fresh set);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -259,7 +261,7 @@ TUNING_SETS = (
     "tune18",
     "tune19",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout21")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
