@@ -34,9 +34,9 @@ Three sets, scored separately:
   set in round 20); ``tune18`` (``heldout19``, gathered while round 20's rules were written
   and merged after they were frozen, scored once on them, a tuning set in round 21);
   ``tune19`` (``heldout20``, gathered while round 21's rules were written and merged after
-  they were frozen, scored once on them, a tuning set in round 22); ``heldout21`` (gathered
-  while round 22's rules were written and merged after they were frozen, scored once on them:
-  the fresh set);
+  they were frozen, scored once on them, a tuning set in round 22); ``tune20``
+  (``heldout21``, gathered while round 22's rules were written and merged after they were
+  frozen, scored once on them, a tuning set in round 23);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -260,8 +260,9 @@ TUNING_SETS = (
     "tune17",
     "tune18",
     "tune19",
+    "tune20",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout21")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
