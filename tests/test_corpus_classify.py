@@ -294,9 +294,12 @@ def test_tune19_accuracy_floor() -> None:
 def test_tune20_accuracy_floor() -> None:
     """tune20 (45 logs gathered as heldout21 in round 22 by five helpers that never read the
     rules; the rules were frozen at 484b6de before the set was merged or read): 37/45 = 82.2%
-    (unknown 15.6%), scored once, its record as a held-out set; a tuning set since round 23."""
+    (unknown 15.6%), scored once, its record as a held-out set; a tuning set since round 23,
+    whose rules took it to 44/45. The one left is a flattened one-line paste of a DeepSpeed
+    ZeRO resume ("key exp_avg saved torch.Size([15013760]) parameter shape ..."), a message
+    whose source was not found, so no rule was written for it: ``unknown``."""
     s = _score("tune20")
-    assert s.accuracy >= 0.822 and s.predicted("unknown") <= 7
+    assert s.accuracy >= 0.977 and s.predicted("unknown") <= 1
 
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:

@@ -459,6 +459,9 @@ _TRIGGERS: tuple[str, ...] = (
     "ould not override '",  # Hydra's ConfigCompositionException (shares "o")
     "s not in struct",  # OmegaConf
     "No module named ",  # the interpreter's `python -m` failure
+    # -- round 23 (tune20): each shares its first character with a trigger above
+    "inf|",  # a pipe-separated step line: "act_loss: inf|cri_loss: inf"
+    "Nan in summary histogram",  # TensorFlow's HistogramSummary
 )
 
 
@@ -550,6 +553,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDA driver error: out of memory",
             r"cuda runtime error \(2\) : out of memory",
             r"Cuda failure (?:\d+ )?'out of memory'",
+            # (round 23) the driver API's CUresult 2 (CUDA_ERROR_OUT_OF_MEMORY) as
+            # torch_memory_saver reports it ("[torch_memory_saver.cpp] CUresult error: 2 (out
+            # of memory) file=csrc/utils.h func=cu_mem_create", THUDM/slime#274)
+            r"CUresult error: 2 \(out of memory\)",
             # cuBLAS/cuDNN handle or workspace allocation (Qwen3#873, pytorch/pytorch#20123)
             r"CUBLAS_STATUS_ALLOC_FAILED",
             r"CUDNN_STATUS_ALLOC_FAILED",
@@ -815,7 +822,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"ninja: build stopped: subcommand failed",
             r"Command '\['ninja', '-v'[^\]]*\]' returned non-zero exit status",  # also "-j", "N"
             r"Ninja is required to load C\+\+ extensions",
-            r"(?:^|\s)FAILED: \S+\.o\b",
+            # (round 23: also an edge whose name the paste cut before its ".o", a path
+            # ("FAILED: /w/Deformable-DETR/models/ops/build/temp.linux-x86_64-3.7/home1/...",
+            # fundamentalvision/Deformable-DETR#10), and Windows' ".obj"; not pytest's
+            # "FAILED tests/..." (no colon), nor gtest's "[  FAILED  ]")
+            r"(?:^|\s)FAILED: \S*(?:/|\.o\b|\.obj\b)",
             r"nvcc fatal",  # "nvcc fatal   : Unsupported gpu architecture 'compute_89'"
             r"unsupported GNU version",  # CUDA crt/host_config.h "#error -- unsupported GNU ..."
             # deepspeed op_builder/builder.py: MissingCUDAException, CUDAMismatchException
@@ -1047,6 +1058,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # DeepSpeed ZeRORuntimeException: optimizer state partitioned for another world
             # size, needs a universal checkpoint (changing world size or stage hits this)
             r"The checkpoint being loaded used a DP world size of",
+            # (round 23) torch.distributed.checkpoint's save planner rejecting the ranks' plans
+            # (default_planner.py create_global_plan: "ValueError: Failed to validate global
+            # plan", after "invalid fill tensor-volume" warnings for sharded optimizer state;
+            # axolotl-ai-cloud/axolotl#2548)
+            r"Failed to validate global plan",
             # (round 22) Keras's load_weights (engine/saving.py: "Layer #177 (named
             # \"rpn_conv1\"), weight <...> has shape (3, 3, 512, 512), but the saved weight
             # has shape (512, 1024, 3, 3).", "You are trying to load a weight file containing
@@ -1168,6 +1184,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 13) DyNet's Trainer::update on a non-finite gradient norm
             # (training.cc: "Magnitude of gradient is bad: -nan")
             r"Magnitude of gradient is bad: [-+]?(?i:nan|inf)",
+            # (round 23) TensorFlow's histogram summary of a tensor gone NaN
+            # (core/kernels/summary_op.cc: "Nan in summary histogram for: D_X/fake";
+            # vanhuyz/CycleGAN-TensorFlow#68)
+            r"Nan in summary histogram for: ",
+            # (round 23) a step's log line in which a named loss is inf (DeepSpeed-Chat's PPO
+            # step: "epoch: 0|step: 3184|ppo_ep: 1|act_loss: inf|cri_loss: inf",
+            # deepspeedai/DeepSpeedExamples#444). Only on a line that carries its step, and not
+            # a best/min value: "best_val_loss = inf" is how trackers initialise one
+            r"(?i:\bstep\b\W{0,3}\d+\b.*?\b(?!best|min)\w*loss\w*['\"\]\s:=|]{1,40}[-+]?inf\b)",
             # (round 21) SpeechBrain's Brain.check_loss_isfinite on a non-finite loss, before its
             # patience runs out (speechbrain/core.py, and PaddleSpeech's copy: logger.warning(
             # "Parameter is not finite: " + str(p)) for each parameter that is NaN/inf;
@@ -1342,6 +1367,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Agent received command: stop\b",
             r"DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE)",
             r"Received \d+ death signal",
+            # (round 23) newer torch elastic names the signal: "Received Signals.SIGTERM death
+            # signal, shutting down workers" (pytorch/pytorch#114097)
+            r"Received Signals\.SIG\w+ death signal",
             r"closing signal SIGHUP",
             r"got signal: \d+",
             r"Signal (?:1|2|15) \(SIG(?:HUP|INT|TERM)\) received by PID",
@@ -1538,6 +1566,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "python3: No module named run" for `python -m` (clvrai/skill-chaining#4): the
             # job's command line, retried in vain
             r"\bCould not override '[^']+'\.",
+            # (round 23) HF datasets' json/csv builders on a file pyarrow cannot parse
+            # (packaged_modules/json/json.py: "Failed to read file '/d/train.json' with error
+            # <class 'pyarrow.lib.ArrowInvalid'>: JSON parse error: ... in row 2372";
+            # Lightning-Universe/lightning-transformers#191): the job's data
+            r"\bwith error <class 'pyarrow\.lib\.Arrow(?:Invalid|TypeError)'>",
             r"\bKey '[^']+' is not in struct\b",
             r"(?:^|python[\d.]*(?:\.exe)?: )No module named [\w.]+\s*$",
         ),
