@@ -36,9 +36,9 @@ Three sets, scored separately:
   ``tune19`` (``heldout20``, gathered while round 21's rules were written and merged after
   they were frozen, scored once on them, a tuning set in round 22); ``tune20``
   (``heldout21``, gathered while round 22's rules were written and merged after they were
-  frozen, scored once on them, a tuning set in round 23); ``heldout22`` (gathered while
-  round 23's rules were written and merged after they were frozen, scored once on them: the
-  fresh set);
+  frozen, scored once on them, a tuning set in round 23); ``tune21`` (``heldout22``,
+  gathered while round 23's rules were written and merged after they were frozen, scored
+  once on them, a tuning set in round 24);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -263,8 +263,9 @@ TUNING_SETS = (
     "tune18",
     "tune19",
     "tune20",
+    "tune21",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout22")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
