@@ -462,6 +462,11 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 23 (tune20): each shares its first character with a trigger above
     "inf|",  # a pipe-separated step line: "act_loss: inf|cri_loss: inf"
     "Nan in summary histogram",  # TensorFlow's HistogramSummary
+    # -- round 24 (tune21): each shares its first character with a trigger above
+    "ssh: connect to host",
+    "of torch.load to learn more",  # the weights_only message's last line (shares "o")
+    "oss in not finite",
+    "oss is not finite",
 )
 
 
@@ -553,6 +558,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDA driver error: out of memory",
             r"cuda runtime error \(2\) : out of memory",
             r"Cuda failure (?:\d+ )?'out of memory'",
+            # (round 24) Kaldi's CU_SAFE_CALL (cudamatrix/cu-common.h: KALDI_ERR << "cudaError_t
+            # " << ret << " : \"" << cudaGetErrorString(ret) << "\" returned from '...'")
+            r"cudaError_t 2 : \"out of memory\"",
             # (round 23) the driver API's CUresult 2 (CUDA_ERROR_OUT_OF_MEMORY) as
             # torch_memory_saver reports it ("[torch_memory_saver.cpp] CUresult error: 2 (out
             # of memory) file=csrc/utils.h func=cu_mem_create", THUDM/slime#274)
@@ -1054,6 +1062,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # checkpoint was expected; InternLM/xtuner#674)
             r"can't find \S*_(?:optim|model)_states\.pt files in directory",
             r"Weights only load failed",  # torch >= 2.6 weights_only default, old pickles
+            # (round 24) ... whose message's last line may be all a paste keeps ("Check the
+            # documentation of torch.load to learn more about types accepted by default with
+            # weights_only", allenai/open-instruct#673)
+            r"of torch\.load to learn more about types accepted by default with weights_only",
+            # (round 24) a Megatron or DeepSpeed checkpoint shard that is not there
+            # ("[Errno 2] No such file or directory: 'checkpoints/gpt2_345m/iter_0006000/
+            # mp_rank_00/model_optim_rng.pt'", NVIDIA/Megatron-LM#185): the checkpoint's
+            # layout, not the job's code
+            r"No such file or directory: '[^']*(?:model_optim_rng|_model_states|_optim_states"
+            r"|distrib_optim)\.pt'",
             r"invalid load key",  # pickle on a non-pickle / corrupted file
             # DeepSpeed ZeRORuntimeException: optimizer state partitioned for another world
             # size, needs a universal checkpoint (changing world size or stage hits this)
@@ -1209,6 +1227,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # speechbrain#1462); not SpeechBrain's "Patience not yet exhausted, ignoring this
             # batch", a batch skipped and training going on
             r"\bnon-finite loss, ending training\b",
+            # (round 24) a trainer's own guard in words, as 3D-R1 prints it (with its typo):
+            # "Loss in not finite. Skip this training step." then "Loss in not finite.
+            # Terminate training." (AIGeeksGroup/3D-R1#16)
+            r"(?i:\bloss i[sn] not finite\b)",
+            # (round 24) the ultralytics (YOLOv8+) training row, losses gone NaN and training
+            # going on ("91/300  17G  nan  nan  nan  2  640: 100%|...", ultralytics#19357):
+            # epoch/epochs, GPU memory, each loss column nan, instances, image size
+            r"\b\d+/\d+\s+[\d.]+G(?:\s+nan)+\s+\d+\s+\d+:\s+\d+%",
             r"\bLoss is not finite and patience is exhausted\b",
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
@@ -1285,6 +1311,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDA error:",
             r"CUDA driver error:",
             r"cuda runtime error \(\d+\)",
+            # (round 24) ... and any other error through Kaldi's CU_SAFE_CALL ("ERROR
+            # (nnet3-train[5.4]:CopyToVec():cu-vector.cc:899) cudaError_t 4 : \"unspecified
+            # launch failure\" returned from 'cudaMemcpy(...)'", kaldi-asr/kaldi#2636)
+            r"cudaError_t (?!2 )\d+ : \"",
             r"cuDNN error: CUDNN_STATUS_",
             # (round 21) ... as torch 0.3/0.4 raised it: the status alone ("RuntimeError:
             # CUDNN_STATUS_INTERNAL_ERROR", pytorch/pytorch#5962) or torch.backends.cudnn's
@@ -1438,6 +1468,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ssh failing (255 is ssh's own error: connection or authentication; DeepSpeed's
             # runner launches through pdsh) and ssh's authentication failure itself
             r"ssh exited with exit code 255\b",
+            # (round 24) ... and ssh's own failure to reach a host the runner launches on
+            # ("localhost: ssh: connect to host localhost port 22: Connection refused" when
+            # `deepspeed` (or its --autotuning) goes through pdsh to a host without sshd;
+            # deepspeedai/DeepSpeedExamples#894)
+            r"ssh: connect to host \S+ port \d+: (?:Connection refused|Connection timed out"
+            r"|No route to host)",
             # (round 10) ... and DeepSpeed's runner checking its hosts itself (runner.py:
             # "subprocess.CalledProcessError: Command '['ssh worker-0 hostname -I']' returned
             # non-zero exit status 255."), DeepSpeed#4649
@@ -1571,6 +1607,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # <class 'pyarrow.lib.ArrowInvalid'>: JSON parse error: ... in row 2372";
             # Lightning-Universe/lightning-transformers#191): the job's data
             r"\bwith error <class 'pyarrow\.lib\.Arrow(?:Invalid|TypeError)'>",
+            # (round 24) slurmstepd unable to start the step's command ("slurmstepd: error:
+            # execve(): torchrun: No such file or directory", CSCfi/pytorch-ddp-examples#1):
+            # the job's environment lacks the launcher
+            r"\bexecve\(\): \S+: No such file or directory",
             r"\bKey '[^']+' is not in struct\b",
             r"(?:^|python[\d.]*(?:\.exe)?: )No module named [\w.]+\s*$",
         ),
