@@ -38,7 +38,8 @@ Three sets, scored separately:
   (``heldout21``, gathered while round 22's rules were written and merged after they were
   frozen, scored once on them, a tuning set in round 23); ``tune21`` (``heldout22``,
   gathered while round 23's rules were written and merged after they were frozen, scored
-  once on them, a tuning set in round 24);
+  once on them, a tuning set in round 24); ``heldout23`` (gathered while round 24's rules
+  were written and merged after they were frozen, scored once on them: the fresh set);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -265,7 +266,7 @@ TUNING_SETS = (
     "tune20",
     "tune21",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout23")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
