@@ -20,3 +20,8 @@ FIRST_CHARACTERS = frozenset(".AEFKNSTWabceiknorsw") | {"ö", "\u0423", "│", "
 
 def test_no_trigger_adds_a_first_character_to_the_search() -> None:
     assert {t[0] for t in _TRIGGERS} == FIRST_CHARACTERS
+
+
+def test_each_trigger_is_listed_once() -> None:
+    """A second copy adds nothing to the trie and misleads whoever edits the list."""
+    assert len(_TRIGGERS) == len(set(_TRIGGERS))

@@ -252,7 +252,7 @@ _TRIGGERS: tuple[str, ...] = (
     "illegal memory access",  # NCCL: "Cuda failure 'an illegal memory access was encountered'"
     "NVRM",  # kernel driver log: "NVRM: Xid ...", "... has fallen off the bus"
     "Watchdog",  # c10d glog lines: "[Rank 0] Watchdog caught collective operation timeout"
-    "recover from OOM",
+    "recover from OOM",  # fairseq "attempting to recover from OOM in forward/backward pass"
     "KeyboardInterrupt",
     ".cc:",  # NCCL's error-return trace "NCCL INFO transport/net.cc:515 -> 2" (SystemError)
     "watchdog",  # "... watchdog thread terminated ...", "... watchdog got stuck ..."
@@ -271,7 +271,6 @@ _TRIGGERS: tuple[str, ...] = (
     "SIGHUP",
     "SIGTERM",
     "Terminated",
-    "KeyboardInterrupt",
     "ot signal",  # torch.distributed.launch "got signal: 1"
     "ANCELLED",  # slurmstepd "*** JOB 1 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***"
     "NCCL WARN",  # NCCL's own warnings precede its errors (bootstrap, socket, proxy)
@@ -294,7 +293,6 @@ _TRIGGERS: tuple[str, ...] = (
     "nable to pre-compile",  # DeepSpeed setup.py op pre-build
     "eepSpeed config values",  # HF mismatch message wrapped at 80 columns
     "return code = -",  # DeepSpeed's "] exits with return code = -9" on a wrapped line
-    "recover from OOM",  # fairseq "attempting to recover from OOM in forward/backward pass"
     "op_builder",  # traceback frames in DeepSpeed's op builder: the exception is a build error
     "cpp_extension.py",  # ... or in torch's extension builder
     # -- issue 12, framework message formats printed without "Error"/"Exception" on the line
