@@ -1223,17 +1223,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ultralytics/yolov5#673) and SpeechBrain's Brain.check_loss_isfinite once its
             # patience is spent ("ValueError: Loss is not finite and patience is exhausted.",
             # speechbrain#1462); not SpeechBrain's "Patience not yet exhausted, ignoring this
-            # batch", a batch skipped and training going on
+            # batch", a batch skipped and training going on. (Round 24: the same guard in
+            # words as other trainers print it, 3D-R1's with its typo: "Loss in not finite.
+            # Skip this training step." then "Loss in not finite. Terminate training.";
+            # AIGeeksGroup/3D-R1#16)
             r"\bnon-finite loss, ending training\b",
-            # (round 24) a trainer's own guard in words, as 3D-R1 prints it (with its typo):
-            # "Loss in not finite. Skip this training step." then "Loss in not finite.
-            # Terminate training." (AIGeeksGroup/3D-R1#16)
             r"(?i:\bloss i[sn] not finite\b)",
             # (round 24) the ultralytics (YOLOv8+) training row, losses gone NaN and training
             # going on ("91/300  17G  nan  nan  nan  2  640: 100%|...", ultralytics#19357):
             # epoch/epochs, GPU memory, each loss column nan, instances, image size
             r"\b\d+/\d+\s+[\d.]+G(?:\s+nan)+\s+\d+\s+\d+:\s+\d+%",
-            r"\bLoss is not finite and patience is exhausted\b",
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
             # (the value may be logged as a torch tensor's repr: "'grad_norm': tensor(nan,
@@ -1313,15 +1312,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (nnet3-train[5.4]:CopyToVec():cu-vector.cc:899) cudaError_t 4 : \"unspecified
             # launch failure\" returned from 'cudaMemcpy(...)'", kaldi-asr/kaldi#2636)
             r"cudaError_t (?!2 )\d+ : \"",
-            r"cuDNN error: CUDNN_STATUS_",
-            # (round 21) ... as torch 0.3/0.4 raised it: the status alone ("RuntimeError:
-            # CUDNN_STATUS_INTERNAL_ERROR", pytorch/pytorch#5962) or torch.backends.cudnn's
-            # CuDNNError ("CuDNNError: 4: CUDNN_STATUS_INTERNAL_ERROR"); ALLOC_FAILED is an OOM
-            # (above)
-            r"(?:RuntimeError|CuDNNError): (?:\d+: )?CUDNN_STATUS_[A-Z_]+",
-            # (round 22) ... and as Paddle's enforce prints it: "OSError: (External) CUDNN
-            # error(8), CUDNN_STATUS_EXECUTION_FAILED." (yeyupiaoling/PPASR#75)
-            r"\(External\) CUDNN error\(\d+\), CUDNN_STATUS_",
+            # a cuDNN status raised as an error (ALLOC_FAILED is an OOM, above): torch's
+            # "cuDNN error: CUDNN_STATUS_...", torch 0.3/0.4's status alone ("RuntimeError:
+            # CUDNN_STATUS_INTERNAL_ERROR", pytorch/pytorch#5962; round 21) or its CuDNNError
+            # ("CuDNNError: 4: CUDNN_STATUS_..."), and Paddle's enforce ("OSError: (External)
+            # CUDNN error(8), CUDNN_STATUS_EXECUTION_FAILED.", yeyupiaoling/PPASR#75; round 22)
+            r"(?:cuDNN error: |(?:RuntimeError|CuDNNError): (?:\d+: )?"
+            r"|\(External\) CUDNN error\(\d+\), )CUDNN_STATUS_",
             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # kernel assert
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
             r"uncorrectable ECC error",
@@ -1650,17 +1647,17 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"(?:exited with code|exit code:)\s*137\b"), 9),  # docker, kubectl
     # alone on its line, or glued to the progress output it interrupted ("...it/s]Killed",
     # "ETA: 20s已杀死"); the localized words never appear in healthy English logs
-    # (round 11: macOS's shells print "Killed: 9", the signal's number after the word)
+    # (round 11: macOS's shells print "Killed: 9", the signal's number after the word;
+    # round 21: also in lower case, athena-team/athena#233, a 2 GB host: "please be patient,
+    # enable tf.function ..." then "killed")
     (
         re.compile(
-            r"(?:^|[\]|>%\d]|\ds)[\s*]*(?:Killed(?:: 9)?|Getötet|Убито|Processus arrêté)[\s*.]*$"
+            r"(?:^|[\]|>%\d]|\ds)[\s*]*(?:[Kk]illed(?:: 9)?|Getötet|Убито|Processus arrêté)"
+            r"[\s*.]*$"
         ),
         9,
     ),
     (re.compile(r"已杀死"), 9),
-    # (round 21) the word in lower case, alone on its line (athena-team/athena#233, a 2 GB
-    # host: "please be patient, enable tf.function ..." then "killed")
-    (re.compile(r"^\s*killed\s*$"), 9),
     (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
     (re.compile(r"^zsh: killed\b"), 9),
     # job-control notices for a background job killed by SIGKILL: zsh "[1]    26478 killed
