@@ -8,38 +8,13 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` (a second such set, ``heldout4`` when gathered and scored once, made a
-  tuning set in round 5: see the README); ``tune4`` (a third such set, ``heldout5`` when
-  gathered and scored twice, made a tuning set in round 6); ``tune5`` (``heldout6`` when
-  gathered after round 6's rules were frozen and scored on them, a tuning set in round 7);
-  ``tune6`` (``heldout7`` when gathered after round 8's rules and table were frozen and scored
-  once on them, a tuning set in round 9); ``tune7`` (``heldout8``, gathered after round 9's
-  rules were frozen and scored once on them, a tuning set in round 10); ``tune8`` (``heldout9``,
-  gathered after round 10's rules were frozen and scored once on them, a tuning set in round
-  11); ``tune9`` (``heldout10``, gathered after round 11's rules were frozen and scored once on
-  them, a tuning set in round 12); ``tune10`` (``heldout11``, gathered after round 12's rules
-  were frozen and scored once on them, a tuning set in round 13); ``tune11`` (``heldout12``,
-  gathered while round 13's rules were written and merged after they were frozen, scored
-  once on them, a tuning set in round 14); ``tune12`` (``heldout13``, gathered while round
-  14's rules were written and merged after they were frozen, scored once on them, a tuning
-  set in round 15); ``tune13`` (``heldout14``, gathered while round 15's rules were written
-  and merged after they were frozen, scored once on them, a tuning set in round 16);
-  ``tune14`` (``heldout15``, gathered while round 16's rules were written and merged after
-  they were frozen, scored once on them, a tuning set in round 17); ``tune15``
-  (``heldout16``, gathered while round 17's rules were written and merged after they were
-  frozen, scored once on them, a tuning set in round 18); ``tune16`` (``heldout17``,
-  gathered while round 18's rules were written and merged after they were frozen, scored
-  once on them, a tuning set in round 19); ``tune17`` (``heldout18``, gathered while round
-  19's rules were written and merged after they were frozen, scored once on them, a tuning
-  set in round 20); ``tune18`` (``heldout19``, gathered while round 20's rules were written
-  and merged after they were frozen, scored once on them, a tuning set in round 21);
-  ``tune19`` (``heldout20``, gathered while round 21's rules were written and merged after
-  they were frozen, scored once on them, a tuning set in round 22); ``tune20``
-  (``heldout21``, gathered while round 22's rules were written and merged after they were
-  frozen, scored once on them, a tuning set in round 23); ``tune21`` (``heldout22``,
-  gathered while round 23's rules were written and merged after they were frozen, scored
-  once on them, a tuning set in round 24); ``heldout23`` (gathered while round 24's rules
-  were written and merged after they were frozen, scored once on them: the fresh set);
+  README); ``tune3`` to ``tune21``: each ``tuneN`` was the fresh held-out set
+  ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
+  from ``heldout12`` on, gathered while the previous round's rules were written and merged
+  after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
+  ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record); ``heldout23``
+  (gathered while round 24's rules were written and merged after they were frozen, scored
+  once on them: the fresh set);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;

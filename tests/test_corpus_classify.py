@@ -42,18 +42,11 @@ def _score(group: str) -> Score:
 
 
 def test_corpus_is_real_and_split() -> None:
-    """At least 1870 labelled failures in 12 kinds and 45 mentions, every split used (the
-    tuning splits ``tune``, ``tune2``, ``tune3`` (``heldout4`` until round 5), ``tune4``
-    (``heldout5`` until round 6), ``tune5`` (``heldout6`` until round 7), ``tune6``
-    (``heldout7`` until round 9), ``tune7`` (``heldout8`` until round 10), ``tune8``
-    (``heldout9`` until round 11), ``tune9`` (``heldout10`` until round 12), ``tune10``
-    (``heldout11`` until round 13), ``tune11`` (``heldout12`` until round 14), ``tune12``
-    (``heldout13`` until round 15), ``tune13`` (``heldout14`` until round 16), ``tune14``
-    (``heldout15`` until round 17), ``tune15`` (``heldout16`` until round 18), ``tune16``
-    (``heldout17`` until round 19), ``tune17`` (``heldout18`` until round 20), ``tune18``
-    (``heldout19`` until round 21), ``tune19`` (``heldout20`` until round 22), ``tune20``
-    (``heldout21`` until round 23) and ``tune21`` (``heldout22`` until round 24), the
-    held-out ``heldout``, ``heldout2``, ``heldout3`` and ``heldout23``)."""
+    """At least 1870 labelled failures in 12 kinds and 45 mentions, every split used: the
+    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune21`` (each ``tuneN`` the held-out
+    ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
+    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
+    ``heldout3`` and ``heldout23``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 1870
     assert len({c.label for c in failures}) == 12
