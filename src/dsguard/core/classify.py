@@ -465,6 +465,8 @@ _TRIGGERS: tuple[str, ...] = (
     "of torch.load to learn more",  # the weights_only message's last line (shares "o")
     "oss in not finite",
     "oss is not finite",
+    # -- round 25 (tune22): each shares its first character with a trigger above
+    "blocking wait",  # c10d's collective timing out under TORCH_NCCL_BLOCKING_WAIT
 )
 
 
@@ -1126,6 +1128,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # stored 3880206044 vs. calculated on the restored bytes 1782481297" on the next
             # line, tensorflow/tensorflow#39033)
             r"Checksum does not match: stored \d+ vs\. calculated on the restored bytes \d+",
+            # (round 25) TF's checkpoint reader (tensor_slice_reader.cc "Unable to open table
+            # file X: " and the table format's "Data loss: not an sstable (bad magic number)",
+            # lib/io/format.cc): a restore path that is no checkpoint, e.g. the "checkpoint"
+            # index text file passed as the prefix (MaybeShewill-CV/CRNN_Tensorflow#96,
+            # nwojke/cosine_metric_learning#36)
+            r"Unable to open table file \S+: Data loss: not an sstable",
             # (round 17) Megatron-LM's checkpointing.load_checkpoint, and SwissArmyTransformer's
             # copy of it, printing a KeyError as "Unable to load optimizer from checkpoint X.
             # Specify --no-load-optim or --finetune to prevent attempting to load the optimizer
@@ -1453,6 +1461,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"|InvalidUsage|RemoteError)",
             r"[Ww]atchdog caught collective operation timeout",
             r"WorkNCCL\(.*\) ran for \d+ milliseconds before timing out",
+            # (round 25) ... and the same collective timing out where the main thread waits on
+            # it (TORCH_NCCL_BLOCKING_WAIT=1, ProcessGroupNCCL.cpp WorkNCCL::synchronize:
+            # "[Rank 3] Work WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, ...) timed out in
+            # blocking wait.", huggingface/diffusers#12422); the HCCL/CNCL ports print it too
+            r"\bWork\w*\(.*\) timed out in blocking wait\b",
             r"detected by watchdog at work",
             # NCCL's ncclGetErrorString texts, as other frameworks quote them (xgboost's
             # "NCCL failure :unhandled system error")
@@ -1536,7 +1549,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 7) NCCL's own socket layer giving up on a peer (socket.cc socketPollConnect:
             # "connect to 22.11.219.25<47479> returned Connection refused, exceeded error retry
             # count after 35 attempts")
-            r"socket(?:Poll)?Connect: connect to \S+ returned \w+",
+            # (round 25: not its INFO line "connect to X returned Connection refused, retrying
+            # (1/34) after sleep for 100 msec", a peer not listening yet at a healthy start-up;
+            # the last retry is weak evidence, _WEAK_RULES)
+            r"socket(?:Poll)?Connect: connect to \S+ returned \w+(?![^,\n]*, retrying)",
             r"exceeded error retry count after \d+ attempts",
             r"retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
             # NCCL net_ib.cc: an InfiniBand work completion with an error status (12: transport
@@ -1760,6 +1776,19 @@ _NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE}
 # never loaded, usually because something failed first; DeepSpeed#1846).
 _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (FailureKind.DS_BUILD_ERROR, re.compile(r"object has no attribute 'ds_opt_adam'")),
+    # (round 25) NCCL's socket layer at its last retry ("socketPollConnect: connect returned
+    # No route to host, retrying (34/34) after sleep for 3400 msec", an INFO line;
+    # src/os/linux.cc socketConnectCheck, hiyouga/LlamaFactory#8045): one more refusal and
+    # it gives up with ncclRemoteError. An earlier retry is a peer not listening yet at a
+    # healthy start-up, no evidence at all; this one explains a death nothing else explains.
+    # (NCCL since its os/ layer names it "ncclOsSocketPollConnect: connect to <addr> ...".)
+    (
+        FailureKind.NCCL_ERROR,
+        re.compile(
+            r"(?i:socket)\w*Connect: connect (?:to \S+ )?returned [^,\n]+, retrying"
+            r" \((\d+)/\1\)"
+        ),
+    ),
     # DeepSpeed's dynamic loss scaler reaching its default floor of 1 (fp16/loss_scaler.py
     # update_scale: "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to
     # 1"): the next overflow raises "Current loss scale already at minimum". A run that
