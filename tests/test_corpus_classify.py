@@ -316,9 +316,13 @@ def test_tune22_accuracy_floor() -> None:
 def test_tune23_accuracy_floor() -> None:
     """tune23 (50 logs gathered as heldout24 in round 25 by five helpers that never read the
     rules; the rules were frozen at 18e4ec8 before the set was merged or read): 44/50 = 88.0%
-    (unknown 6.0%), scored once, its record as a held-out set; a tuning set since round 26."""
+    (unknown 6.0%), scored once, its record as a held-out set; a tuning set since round 26,
+    whose rules took it to 49/50. The one left is Colab's runtime log of a notebook kernel
+    restarted after tcmalloc's "large alloc" warning: Jupyter's "KernelRestarter: restarting
+    kernel" follows any kernel death, so it is left ``unknown`` rather than read as a host
+    OOM."""
     s = _score("tune23")
-    assert s.accuracy >= 0.879 and s.predicted("unknown") <= 3
+    assert s.accuracy >= 0.98 and s.predicted("unknown") <= 1
 
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:

@@ -957,6 +957,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?:'auto'|\"auto\"|`auto`).{0,80}(?:not (?:supported|allowed|valid)|can ?not|can't)",
             r"(?:not (?:supported|allowed)|can ?not|can't).{0,60}(?:'auto'|\"auto\"|`auto`)",
             r"Expected a string path to an existing deepspeed config",
+            # (round 26) engine.py _do_sanity_check: an optimizer "type" DeepSpeed has no
+            # name for ("AssertionError: FusedAdam is not a supported DeepSpeed Optimizer": the
+            # name is "Adam", which picks FusedAdam on CUDA; deepspeedai/DeepSpeed#2610), and
+            # LAMB without dynamic loss scaling, the same check's next assert
+            r"\bis not a supported DeepSpeed Optimizer\b",
+            r"DeepSpeed \S+ optimizer requires dynamic loss scaling",
             # deepspeed/runtime/config.py _batch_assertion: train != micro * gas * world
             r"Check batch related parameters",
             r"isn't supported yet with DeepSpeed Zero-3",  # transformers trainer.py
@@ -1181,6 +1187,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Error detected in \w+Backward",  # anomaly mode's forward-trace warning
             # fairseq trainer.py / any code raising on a collapsed scale or a NaN loss
             r"FloatingPointError",
+            # (round 26) JAX's debug_nans/debug_infs check (jax/_src/dispatch.py
+            # _check_special: FloatingPointError "invalid value (nan) encountered in
+            # jit(train_step)"), also where a notebook renders the error as JSON and the class
+            # name sits on a line of its own (jax-ml/jax#19595)
+            r"invalid value \((?:nan|inf)\) encountered in ",
             r"Minimum loss scale reached",
             # (round 22) torch.distributions' argument check failing the Real() constraint,
             # which only NaN fails (constraints._Real.check is value == value): a policy's or
@@ -1325,8 +1336,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # CUDNN_STATUS_INTERNAL_ERROR", pytorch/pytorch#5962; round 21) or its CuDNNError
             # ("CuDNNError: 4: CUDNN_STATUS_..."), and Paddle's enforce ("OSError: (External)
             # CUDNN error(8), CUDNN_STATUS_EXECUTION_FAILED.", yeyupiaoling/PPASR#75; round 22)
+            # (round 26) ... and Paddle 1.x-2.1's older wording of it ("OSError: (External)
+            # Cudnn error, CUDNN_STATUS_EXECUTION_FAILED  (at .../conv_cudnn_op.cu:731)",
+            # PaddlePaddle/Paddle#35039; 1.x: "ExternalError:  Cudnn error, CUDNN_STATUS_...")
             r"(?:cuDNN error: |(?:RuntimeError|CuDNNError): (?:\d+: )?"
-            r"|\(External\) CUDNN error\(\d+\), )CUDNN_STATUS_",
+            r"|(?:\(External\)|ExternalError:)\s+(?i:cudnn) error(?:\(\d+\))?,\s*)CUDNN_STATUS_",
             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # kernel assert
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
             r"uncorrectable ECC error",
@@ -1561,8 +1575,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # c10d's socket layer (Utils.hpp sendBytes/recvBytes, older torch) raising the bare
             # strerror text as a RuntimeError; Python's own socket errors are
             # ConnectionResetError/BrokenPipeError, never a RuntimeError with this text
+            # (round 26: the line may end in the Markdown bold or backticks a reporter wrapped
+            # it in, "**RuntimeError: Connection reset by peer**", deepspeedai/DeepSpeed#2973)
             r"RuntimeError: (?:Connection reset by peer|Broken pipe|Connection refused"
-            r"|Connection timed out)\s*$",
+            r"|Connection timed out)[\s*`]*$",
         ),
     ),
     (
@@ -1755,6 +1771,12 @@ _EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exceptio
 # Python's strerror for a missing file without its class name ("[Errno 2] No such file or
 # directory: '../dataset/train.json'"). Weak evidence of the
 # script's or environment's error: anything specific in the output outranks it.
+# (round 26) VS Code's debugger (debugpy) shows a raised exception as "Exception has occurred:
+# TypeError" with its message on the next line; pasted from there, no traceback line carries
+# the class (sarafridov/plenoxels#2). Weak evidence of the script's error, as above.
+_DEBUGGER_EXC = re.compile(
+    r"^Exception has occurred: ((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\s*$"
+)
 _QUOTED_EXC = re.compile(
     r"(?:^>[>\s]*|^\*\*\s*|[`(\"“]\s*)((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
     r"|(\[Errno 2\] No such file or directory: )"
@@ -2350,7 +2372,7 @@ class StreamClassifier:
             # An exception's repr quoted in a message ("Error executing job: TypeError(\"
             # Trainer.__init__() got an unexpected keyword argument ...\")", hydra): the
             # script's error, when nothing more specific explains the death.
-            r = _EXC_REPR.search(body) or _QUOTED_EXC.search(body)
+            r = _EXC_REPR.search(body) or _QUOTED_EXC.search(body) or _DEBUGGER_EXC.match(body)
             if r is not None and (r.group(1) or "").rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             return None
