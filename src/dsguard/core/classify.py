@@ -1474,12 +1474,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument"
             r"|InvalidUsage|RemoteError)",
             r"[Ww]atchdog caught collective operation timeout",
-            r"WorkNCCL\(.*\) ran for \d+ milliseconds before timing out",
-            # (round 25) ... and the same collective timing out where the main thread waits on
-            # it (TORCH_NCCL_BLOCKING_WAIT=1, ProcessGroupNCCL.cpp WorkNCCL::synchronize:
-            # "[Rank 3] Work WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, ...) timed out in
-            # blocking wait.", huggingface/diffusers#12422); the HCCL/CNCL ports print it too
-            r"\bWork\w*\(.*\) timed out in blocking wait\b",
+            # (round 25: also where the main thread waits on the collective,
+            # TORCH_NCCL_BLOCKING_WAIT=1, ProcessGroupNCCL.cpp WorkNCCL::synchronize: "[Rank 3]
+            # Work WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, ...) timed out in blocking wait.",
+            # huggingface/diffusers#12422; the HCCL/CNCL ports print both as Work<backend>)
+            r"\bWork\w*\(.*\) (?:ran for \d+ milliseconds before timing out"
+            r"|timed out in blocking wait\b)",
             r"detected by watchdog at work",
             # NCCL's ncclGetErrorString texts, as other frameworks quote them (xgboost's
             # "NCCL failure :unhandled system error")
@@ -1771,15 +1771,15 @@ _EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exceptio
 # Python's strerror for a missing file without its class name ("[Errno 2] No such file or
 # directory: '../dataset/train.json'"). Weak evidence of the
 # script's or environment's error: anything specific in the output outranks it.
+_QUOTED_EXC = re.compile(
+    r"(?:^>[>\s]*|^\*\*\s*|[`(\"“]\s*)((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
+    r"|(\[Errno 2\] No such file or directory: )"
+)
 # (round 26) VS Code's debugger (debugpy) shows a raised exception as "Exception has occurred:
 # TypeError" with its message on the next line; pasted from there, no traceback line carries
 # the class (sarafridov/plenoxels#2). Weak evidence of the script's error, as above.
 _DEBUGGER_EXC = re.compile(
     r"^Exception has occurred: ((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\s*$"
-)
-_QUOTED_EXC = re.compile(
-    r"(?:^>[>\s]*|^\*\*\s*|[`(\"“]\s*)((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
-    r"|(\[Errno 2\] No such file or directory: )"
 )
 # An exception *raised* on this line: Python's last traceback line ("torch.OutOfMemoryError:
 # CUDA out of memory ...", rank-prefixed or glued after a tqdm bar's "]") or C++'s
