@@ -89,7 +89,8 @@ def test_round24_messages(text: str, expected: FailureKind) -> None:
         ),
         # a missing file that is no checkpoint shard
         ("[Errno 2] No such file or directory: 'data/train.jsonl'\n", K.CHECKPOINT_ERROR),
-        # ssh's other troubles are not the runner's reachability
+        # ssh failing to resolve a git host is a clone, not the runner's reachability (the
+        # name resolution of a launch host is, since round 27)
         (
             "ssh: Could not resolve hostname github-mirror: Name or service not known\n",
             K.NCCL_ERROR,

@@ -467,6 +467,8 @@ _TRIGGERS: tuple[str, ...] = (
     "oss is not finite",
     # -- round 25 (tune22): each shares its first character with a trigger above
     "blocking wait",  # c10d's collective timing out under TORCH_NCCL_BLOCKING_WAIT
+    # -- round 27 (tune24): shares its first character with a trigger above
+    "ssh: Could not resolve hostname",
 )
 
 
@@ -653,6 +655,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bAttempting to (?:allocate|reserve) [\d.]+\w*(?: at the bottom of memory)?\. "
             r"That was not possible\b",
             r"^(?:a?iled|led|ed|d): out of memory\s*$",
+            # (round 27) CuPy's device memory pool (cupy/cuda/memory.pyx OutOfMemoryError, a
+            # MemoryError subclass the host rule below must not take): "out of memory to
+            # allocate 205520896 bytes (total 16068929536 bytes)" before v7, as Chainer's
+            # trainer reprints it (chainer/chainer#5621), and "Out of memory allocating 1,024
+            # bytes (allocated so far: 0 bytes)." since
+            r"\bout of memory to allocate \d+ bytes \(total \d+ bytes\)",
+            r"\bOut of memory allocating [\d,]+ bytes \(allocated so far: [\d,]+ bytes\)",
         ),
     ),
     (
@@ -698,6 +707,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\btasks? [\d,\-\[\]]+: Out Of Memory\b",
             # c10 CPUAllocator before "DefaultCPUAllocator" (torch <= 1.4, pytorch#31302)
             r"posix_memalign",  # only ever printed when it failed (enforce, Paddle, tch-rs)
+            # (round 27) TH's THAlloc before c10 (torch <= 1.0, Lua Torch7's luaT_alloc too):
+            # THError("$ Torch: not enough memory: you tried to allocate %dGB. Buy new RAM!")
+            # after malloc failed (and its GC retry); MAGMA's pinned buffers reuse the words:
+            # host memory either way (shmsw25/single-hop-rc#2, CETC-TFAI/MaCA#20)
+            r"Torch: not enough memory: you tried to allocate \d+GB",
             r"Fail to alloc memory of \d+ size, error code is 12",  # Paddle, CPU side
             r"Cannot allocate memory",  # strerror(ENOMEM), with or without "[Errno 12]"
             r"\bmemory allocation failed\b",
@@ -886,7 +900,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (Round 15: not glibc's assert(), "prog: file.c:293: func: Assertion `0' failed.",
             # when the function is named "error": darknet's utils.c error() asserts after a
             # CUDA error, pjreddie/darknet#1523.)
-            r"\.(?:h|hh|hpp|cuh|cu|c|cc|cpp|cxx)(?::\d+){1,2}: (?:fatal )?error: (?!Assertion `)",
+            # (round 27: also ROCm's hipified sources, "linear_kernels_hip.hip:50:5: error: no
+            # matching function for call to 'hipFuncSetAttribute'", deepspeedai/DeepSpeed#7565)
+            r"\.(?:h|hh|hpp|cuh|cu|hip|c|cc|cpp|cxx)(?::\d+){1,2}: (?:fatal )?error: "
+            r"(?!Assertion `)",
             r"\.(?:cu|cuh|h|hpp)\(\d+\): error: ",
             r"\berrors? detected in the compilation of \"",
             # MSVC's diagnostics on Windows builds: "StopWatch.h(3): fatal error C1083: Cannot
@@ -963,6 +980,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # LAMB without dynamic loss scaling, the same check's next assert
             r"\bis not a supported DeepSpeed Optimizer\b",
             r"DeepSpeed \S+ optimizer requires dynamic loss scaling",
+            # (round 27) accelerate's own config file with a key its config class lacks
+            # (commands/config/config_args.py from_yaml_file / from_json_file: "The config
+            # file at accelerate_config.yaml had unknown keys (['lr_scheduler']), please try
+            # upgrading your `accelerate` version or fix ...", zai-org/CogVideo#502)
+            r"The config file at \S+ had unknown keys \(",
             # deepspeed/runtime/config.py _batch_assertion: train != micro * gas * world
             r"Check batch related parameters",
             r"isn't supported yet with DeepSpeed Zero-3",  # transformers trainer.py
@@ -1174,6 +1196,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Attempting to deserialize object on (?:a )?\S+ device",
             r"is a zip archive \(did you mean to use torch\.jit\.load\(\)\?\)",
             r"don't know how to restore data location of",
+            # (round 27) Orbax's restore against a target whose tree differs from what was
+            # saved (orbax/checkpoint tree metadata check: "ValueError: User-provided restore
+            # item and on-disk value metadata tree structures do not match: ...", often as
+            # the exception's repr; MIT-REALM/efppo#8)
+            r"restore item and on-disk value metadata tree structures do not match",
         ),
     ),
     (
@@ -1193,6 +1220,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # name sits on a line of its own (jax-ml/jax#19595)
             r"invalid value \((?:nan|inf)\) encountered in ",
             r"Minimum loss scale reached",
+            # (round 27) Mozilla TTS / Coqui TTS's loss guard (tts/layers/losses.py: raise
+            # RuntimeError(f" [!] NaN loss with {key}."), mozilla/TTS#668)
+            r"\[!\] NaN loss with \w+",
             # (round 22) torch.distributions' argument check failing the Real() constraint,
             # which only NaN fails (constraints._Real.check is value == value): a policy's or
             # a VAE's parameters gone NaN ("ValueError: Expected parameter logits (...) of
@@ -1496,6 +1526,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # deepspeedai/DeepSpeedExamples#894)
             r"ssh: connect to host \S+ port \d+: (?:Connection refused|Connection timed out"
             r"|No route to host)",
+            # (round 27) ... or to resolve its name at all (ssh.c: "ssh: Could not resolve
+            # hostname node0: Name or service not known", a hostfile naming a host the
+            # container's resolver does not know; TsinghuaAI/CPM-2-Finetune#42); not a git
+            # host's (github.com, a gitlab, a "github-mirror"), which is a clone or a pip
+            # install over ssh
+            r"ssh: Could not resolve hostname (?![^\s:]*(?:git|bitbucket))\S+: ",
             # (round 10) ... and DeepSpeed's runner checking its hosts itself (runner.py:
             # "subprocess.CalledProcessError: Command '['ssh worker-0 hostname -I']' returned
             # non-zero exit status 255."), DeepSpeed#4649
@@ -1568,7 +1604,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the last retry is weak evidence, _WEAK_RULES)
             r"socket(?:Poll)?Connect: connect to \S+ returned \w+(?![^,\n]*, retrying)",
             r"exceeded error retry count after \d+ attempts",
-            r"retrieving ncclUniqueId from \[\d+\] via c10d key-value store",
+            # (round 27: torch 1.13-2.1 spell it "retreiving", ProcessGroupNCCL.cpp
+            # broadcastUniqueNCCLID; zai-org/ChatGLM-6B#1232)
+            r"retr(?:ie|ei)ving ncclUniqueId from \[\d+\] via c10d key-value store",
             # NCCL net_ib.cc: an InfiniBand work completion with an error status (12: transport
             # retry counter exceeded), also as vendor plugins reprint it ("NET/IBP:")
             r"Got completion (?:from peer \S+ )?with (?:status=|error )\d+",
@@ -1736,6 +1774,11 @@ def rank_exit_from_text(lines: Iterable[str]) -> int | None:
 
 # A Python exception line: "KeyError: 'labels'", "torch.distributed.DistBackendError: ...",
 # "AssertionError" (bare). At the start of the body, or glued after a tqdm bar's "]".
+# (round 27) A traceback's echoed source line with the exception run on after it, no line
+# end between: stderr's unbuffered exception text interleaved with its buffered frames
+# ("    main(args)RuntimeError:  [!] NaN loss with decoder_loss.", mozilla/TTS#668). A
+# closing bracket followed at once by an exception class and its colon is no Python source.
+_GLUED_EXC = re.compile(r"[)\]]((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
 _EXC_LINE = re.compile(
     r"(?:^|(?<=\]))((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception"
     r"))(?::\s|:?\s*$)"
@@ -2299,9 +2342,17 @@ class StreamClassifier:
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
+            head = line[: len(line) - len(body)]
+            rest = body[header + len(_TRACEBACK) :].lstrip(":").lstrip()
             line = line[: len(line) - len(body) + header]
             body = body[:header]
             if _TRIGGER_RX.search(body) is None:
+                # (round 27) a whole traceback that lost its line ends ("Traceback (most
+                # recent call last): File "main.py", line 184, in <module> ... OSError:
+                # [Errno 28] No space left on device", Naver-AI-Hackathon/AI-Vision#208):
+                # its frames and its exception follow the header on this one line
+                if rest and _TRIGGER_RX.search(rest) is not None:
+                    return self._classify_line(head + rest, line_no, after_frame=after_frame)
                 return None
         frame_head = frame_header(body)
         if _BUILD_FRAME.search(body) is not None:
@@ -2327,6 +2378,13 @@ class StreamClassifier:
                 and _JSON_MESSAGE.match(stripped) is None
                 and _CODE_LIKE.match(stripped) is not None
             ):
+                glued = _GLUED_EXC.search(stripped)
+                if glued is not None:  # the exception line is what follows the source
+                    return self._classify_line(
+                        line[: len(line) - len(body)] + stripped[glued.start(1) :],
+                        line_no,
+                        after_frame=after_frame,
+                    )
                 return None
             body = stripped
         offset = len(line) - len(body)

@@ -114,6 +114,23 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"initialize"),
         frozenset({"AssertionError"}),
     ),
+    # (round 27) accelerate's launcher reading its own config file (commands/config/
+    # config_args.py: unknown keys, no distributed_type; accelerate 1.15), and DeepSpeed's
+    # parallel groups, whose asserts check the parallel sizes against the world size
+    # ("AssertionError: 12 is not divisible by 8" from _ensure_divisibility when ep_size does
+    # not divide it; utils/groups.py, deepspeed 0.19.8)
+    (
+        "ds_config_error",
+        re.compile(r"/accelerate/commands/config/config_args\.py$"),
+        re.compile(r"load_config_from_file|from_yaml_file|from_json_file|process_config"),
+        _CONFIG_EXC,
+    ),
+    (
+        "ds_config_error",
+        re.compile(r"/deepspeed/utils/groups\.py$"),
+        re.compile(r"_ensure_divisibility|_create_\w+"),
+        frozenset({"AssertionError"}),
+    ),
     (
         "ds_config_error",
         re.compile(r"/deepspeed/runtime/torch_autocast\.py$"),
@@ -290,6 +307,16 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"load_peft_weights|set_peft_model_state_dict|torch_load"),
         _CHECKPOINT_EXC,
     ),
+    # (round 27) Orbax (JAX's checkpointing): restoring or reading the metadata of a save
+    # ("ValueError: cannot reshape array of size 2 into shape (1,64)" in type_handlers.py
+    # _deserialize_sharding_from_json_string, a sharded save restored on another device
+    # count, google/orbax#648); its save side's failures are left to the message rules
+    (
+        "checkpoint_error",
+        re.compile(r"/orbax/checkpoint/(?:\w+/)*\w+\.py$"),
+        re.compile(r"\w*(?:restore|deserializ|load|metadata)\w*"),
+        _CHECKPOINT_EXC | {"TypeError", "IndexError"},
+    ),
     # (issue 12, round 6) Optimizer and scheduler state restored from a checkpoint: torch
     # optim/optimizer.py Optimizer.load_state_dict ("loaded state dict contains a parameter
     # group that doesn't match the size of optimizer's group"; a KeyError or TypeError when
@@ -364,6 +391,18 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
             r"|scatter\w*|init_process_group|new_group|init_distributed"
         ),
         _NCCL_EXC,
+    ),
+    # (round 27) torch.distributions.Normal drawing a sample with a scale gone NaN: with
+    # argument validation off (RL libraries turn it off for speed: rsl_rl's PPO), the only
+    # check left is torch.normal's own "normal expects all elements of std >= 0.0", which NaN
+    # fails; a policy's action std turned NaN mid-training (unitreerobotics/unitree_rl_lab#24).
+    # Only from the distribution's sample: a script calling torch.normal with a negative std
+    # of its own making raises the same words from its own line, the script's error.
+    (
+        "loss_divergence",
+        re.compile(r"/torch/distributions/normal\.py$"),
+        re.compile(r"r?sample"),
+        frozenset({"RuntimeError"}),
     ),
 )
 
