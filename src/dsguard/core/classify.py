@@ -2387,6 +2387,14 @@ class StreamClassifier:
                     )
                 return None
             body = stripped
+        return self._judge(rank, body, line, line_no, after_frame=after_frame)
+
+    def _judge(
+        self, rank: int | None, body: str, line: str, line_no: int, *, after_frame: bool
+    ) -> Evidence | None:
+        """The evidence of one line's message ``body`` (its rank prefix, logger prefix and
+        indentation already peeled from ``line``): the rules in their order, then a signal
+        death, the prose rules, and any other exception line as the script's own error."""
         offset = len(line) - len(body)
 
         def make(kind: FailureKind, m: re.Match[str], **kw: bool) -> Evidence:
