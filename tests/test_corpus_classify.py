@@ -236,8 +236,11 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune24": (0.91, 4),
     # tune25 (53 logs gathered as heldout26 in round 27 by five helpers that never read the rules;
     # the rules were frozen at f732094 before the set was merged or read): 45/53 = 84.9% (unknown
-    # 9.4%), scored once, its record as a held-out set; a tuning set since round 28.
-    "tune25": (0.849, 5),
+    # 9.4%), scored once, its record as a held-out set; a tuning set since round 28, whose rules
+    # took it to 52/53. The one left: TensorStore's "Error opening "zarr" driver" under an Orbax
+    # restore, pasted as one line; a zarr dataset read raises the same words, and a checkpoint
+    # verdict sets the resumed checkpoint aside, so it stays the script's error.
+    "tune25": (0.98, 0),
 }
 
 

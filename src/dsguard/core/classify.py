@@ -469,6 +469,8 @@ _TRIGGERS: tuple[str, ...] = (
     "blocking wait",  # c10d's collective timing out under TORCH_NCCL_BLOCKING_WAIT
     # -- round 27 (tune24): shares its first character with a trigger above
     "ssh: Could not resolve hostname",
+    # -- round 28 (tune25): kubelet's eviction events carry no "error"
+    "ephemeral",
 )
 
 
@@ -819,6 +821,26 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # checkpoint file: /home/u/ckpt/model.ckpt-6.tempstate97841: Resource exhausted:
             # ..." (mozilla/DeepSpeech); a write named on the line, not an allocation
             r"(?i:\bwrit\w*)[^\n]{0,80}?\b(?:checkpoint|file)\b[^\n]{0,400}?\bResource exhausted\b",
+            # (round 28) ... and TF 1.x's older IOError, whose message is the file alone when
+            # errno maps to a code: a checkpoint's temporary file (tensor_bundle.cc and
+            # tensor_slice_writer.cc name it "<file>.tempstate<random>") refused while SaveV2
+            # writes it ("Resource exhausted: train_log/x/model-1200.data-00000-of-00001
+            # .tempstate17739147618128640016", tensorpack/tensorpack#185)
+            r"(?:Resource exhausted|ResourceExhaustedError): \S+\.tempstate\d+\s*$",
+            # (round 28) dmlc-core's FileStream (MXNet's and XGBoost's file writer,
+            # src/io/local_filesys.cc: CHECK(std::fwrite(...) == size) << "FileStream.Write
+            # incomplete"): a short write drops errno, and under a save it is a full disk or a
+            # quota in practice, the inference made for torch's stream writer above
+            # (apache/mxnet#6050)
+            r"\bFileStream\.Write incomplete\b",
+            # (round 28) Kubernetes' kubelet evicting a pod for its local disk (eviction
+            # helpers.go: "Pod ephemeral local storage usage exceeds the total limit of
+            # containers 5Gi.", "Container x exceeded its local ephemeral storage limit",
+            # "The node was low on resource: ephemeral-storage."), a training job writing its
+            # checkpoints or cache to the container's own disk (substratusai/runbooks#92)
+            r"\bPod ephemeral local storage usage exceeds the total limit of containers\b",
+            r"\bexceeded its local ephemeral storage limit\b",
+            r"\bThe node was low on resource: ephemeral-storage\b",
             # -- round 15: Windows' text for ERROR_DISK_FULL (112), which TensorFlow and other
             # native code print instead of ENOSPC's ("Failed to WriteFile: cache/training_0
             # .data-...: There is not enough space on the disk.", deezer/spleeter#480); and
@@ -985,6 +1007,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # file at accelerate_config.yaml had unknown keys (['lr_scheduler']), please try
             # upgrading your `accelerate` version or fix ...", zai-org/CogVideo#502)
             r"The config file at \S+ had unknown keys \(",
+            # (round 28) FSDP's transformer wrap policy naming a layer class the model has
+            # none of (accelerate's fsdp_transformer_layer_cls_to_wrap, the Trainer's
+            # fsdp_config, verl's wrap_policy: "Exception: Could not find the transformer
+            # layer class to wrap in the model.", netease-youdao/BCEmbedding#66): the launch
+            # config does not fit the model
+            r"Could not find the transformer layer class to wrap in the model",
             # deepspeed/runtime/config.py _batch_assertion: train != micro * gas * world
             r"Check batch related parameters",
             r"isn't supported yet with DeepSpeed Zero-3",  # transformers trainer.py
@@ -1162,6 +1190,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # index text file passed as the prefix (MaybeShewill-CV/CRNN_Tensorflow#96,
             # nwojke/cosine_metric_learning#36)
             r"Unable to open table file \S+: Data loss: not an sstable",
+            # (round 28) ... and the same table reader's errors as the restore op raises them
+            # (table.cc Table::Open "file is too short to be an sstable", format.cc "not an
+            # sstable (bad magic number)": "DataLossError: file is too short to be an sstable
+            # [[{{node save/RestoreV2}}]]", deepmodeling/deepmd-kit#1023, a checkpoint cut short;
+            # mit-acl/rl_collision_avoidance#11)
+            r"(?:DataLossError|Data loss): (?:file is too short to be an sstable"
+            r"|not an sstable \(bad magic number\))",
             # (round 17) Megatron-LM's checkpointing.load_checkpoint, and SwissArmyTransformer's
             # copy of it, printing a KeyError as "Unable to load optimizer from checkpoint X.
             # Specify --no-load-optim or --finetune to prevent attempting to load the optimizer
@@ -1391,6 +1426,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # out-of-memory is not a fault of the context
             r"Triton Error \[CUDA\]: (?!out of memory)",
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
+            # (round 28) ROCm's "no kernel image": the HIP runtime finding no code object for
+            # the GPU's architecture (rocclr hip_code_object.cpp: "hipErrorNoBinaryForGpu:
+            # Coudn't find binary for current devices!", later "Unable to find code object
+            # for all current devices!"; rocm-arch/tensorflow-rocm#21)
+            r"hipErrorNoBinaryForGpu",
             # (round 6: also as Caffe's glog CHECK and CNTK print it, with no "error" on the
             # line: "Check failed: status == CUBLAS_STATUS_SUCCESS (13 vs. 0)
             # CUBLAS_STATUS_EXECUTION_FAILED", "CUBLAS failure 13: CUBLAS_STATUS_EXECUTION_FAILED
@@ -2717,7 +2757,7 @@ _RETRY_HELPS = frozenset(
 # CUDA faults an unchanged retry cannot fix: the driver or the build does not fit the GPU,
 # or the code indexes out of range (a device-side assert recurs at the same batch).
 _CUDA_DETERMINISTIC = re.compile(
-    r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|[Aa]ssert"
+    r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|NoBinaryForGpu|[Aa]ssert"
     r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
 )
 
