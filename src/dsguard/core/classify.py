@@ -553,8 +553,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "terminate called after throwing an instance of ...".
             r"(?:CUDA|HIP) out of memory",
             # (not Ray's: "ray.exceptions.OutOfMemoryError: Task was killed due to the node
-            # running low on memory", its memory monitor killing a worker for host RAM)
-            r"(?<!ray\.exceptions\.)(?<!\()OutOfMemoryError(?!: Task was killed due to the node)",
+            # running low on memory", its memory monitor killing a worker for host RAM; round
+            # 29: nor the older monitor's RayOutOfMemoryError, below)
+            r"(?<!ray\.exceptions\.)(?<!\()(?<!Ray)OutOfMemoryError"
+            r"(?!: Task was killed due to the node)",
             # cudaMalloc outside the caching allocator (SlowFast#702), the driver API behind
             # expandable segments (unslothai/unsloth#2401), pre-1.0 THC (neural-motifs#58),
             # NCCL's "Cuda failure <code> '<cudaGetErrorString>'" format (NVIDIA/nccl#1410)
@@ -727,6 +729,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # cgroup's OOM kill) and kubelet's eviction ("The node was low on resource:
             # memory. Container trainer was using 30Gi, which exceeds its request of 16Gi.")
             r"killed due to the node running low on memory",
+            # (round 29) Ray < 2's memory monitor (python/ray/memory_monitor.py: "ray.
+            # memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node Local is
+            # used (15.98 / 16.82 GB). The top 5 memory consumers are: ..."), raised in the
+            # driver or a worker when the node's RAM passes its threshold (ray-project/ray#4877)
+            r"\bRayOutOfMemoryError\b",
             # (round 9) ... and the raylet's summary of the workers that monitor killed
             # (src/ray/raylet/node_manager.cc: "1 Workers (tasks / actors) killed due to
             # memory pressure (OOM), 0 Workers crashed due to other reasons at node ..."),
@@ -1002,6 +1009,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # LAMB without dynamic loss scaling, the same check's next assert
             r"\bis not a supported DeepSpeed Optimizer\b",
             r"DeepSpeed \S+ optimizer requires dynamic loss scaling",
+            # (round 29) ... and its ZeRO check (engine.py, the optimizer selection: "You are
+            # using an untested ZeRO Optimizer. Please add <"zero_allow_untested_optimizer":
+            # true> in the configuration file to use it.", EleutherAI/gpt-neox#1166)
+            r"You are using an untested ZeRO Optimizer",
             # (round 27) accelerate's own config file with a key its config class lacks
             # (commands/config/config_args.py from_yaml_file / from_json_file: "The config
             # file at accelerate_config.yaml had unknown keys (['lr_scheduler']), please try
@@ -1236,6 +1247,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # item and on-disk value metadata tree structures do not match: ...", often as
             # the exception's repr; MIT-REALM/efppo#8)
             r"restore item and on-disk value metadata tree structures do not match",
+            # (round 29) DeepSpeed's zero_to_fp32.py (a copy is saved in every ZeRO checkpoint
+            # directory) when a rank's flat partitions do not add up to the model: "ValueError:
+            # consumed 255381772 numels out of 255381776 - something is wrong"
+            # (deepspeedai/DeepSpeed#1317); fairseq's trainer.load_checkpoint on a checkpoint
+            # of another architecture ("Exception: Cannot load model parameters from
+            # checkpoint X; please ensure that the architectures match.",
+            # facebookresearch/fairseq#4590)
+            r"\bconsumed \d+ numels out of \d+ - something is wrong",
+            r"Cannot load model parameters from checkpoint \S+; please ensure that the"
+            r" architectures match",
         ),
     ),
     (
@@ -1431,6 +1452,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Coudn't find binary for current devices!", later "Unable to find code object
             # for all current devices!"; rocm-arch/tensorflow-rocm#21)
             r"hipErrorNoBinaryForGpu",
+            # (round 29) the CUDA driver refusing in other runtimes and at torch's init: Rust's
+            # cudarc ("called `Result::unwrap()` on an `Err` value: DriverError(
+            # CUDA_ERROR_NOT_SUPPORTED, "operation not supported")", Burn under WSL2,
+            # tracel-ai/burn#3315; its OUT_OF_MEMORY is a device OOM, above), torch's
+            # cudaErrorInitializationError ("CUDA driver initialization failed, you might not
+            # have a CUDA gpu.", bghira/SimpleTuner#1888), and Triton's JIT kernel that ptxas
+            # cannot build for this GPU ("RuntimeError: Internal Triton PTX codegen error:"
+            # then "Feature '.bf16' requires .target sm_80 or higher", NVIDIA-NeMo#11742)
+            r"\bDriverError\(CUDA_ERROR_(?!OUT_OF_MEMORY)\w+",
+            r"CUDA driver initialization failed, you might not have a CUDA gpu",
+            r"Internal Triton PTX codegen error",
             # (round 6: also as Caffe's glog CHECK and CNTK print it, with no "error" on the
             # line: "Check failed: status == CUBLAS_STATUS_SUCCESS (13 vs. 0)
             # CUBLAS_STATUS_EXECUTION_FAILED", "CUBLAS failure 13: CUBLAS_STATUS_EXECUTION_FAILED
@@ -1478,6 +1510,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # submitit "Bypassing signal SIGTERM"). A SIGKILL of a *rank* is not here: see
             # _SIGNAL_DEATH, it is a probable host OOM until refuted.
             r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT",
+            # (round 29) a CI service's job time limit ending the step that drives the
+            # training (Azure Pipelines: "The job running on agent Azure Pipelines 2 ran longer
+            # than the maximum time of 60 minutes.", Azure/azure-sdk#5915; GitHub Actions: "The
+            # job running on runner X has exceeded the maximum execution time of 360 minutes.")
+            r"The job running on (?:agent|runner) .{1,120}?(?:ran longer than|has exceeded) the"
+            r" maximum (?:execution )?time of \d+ minutes",
             # (round 22) a W&B sweep's controller stopping the run it gave the agent (early
             # termination, or a stop from the sweep's page): wandb_agent's "Agent received
             # command: stop" (wandb/wandb#698)
@@ -2758,6 +2796,7 @@ _RETRY_HELPS = frozenset(
 # or the code indexes out of range (a device-side assert recurs at the same batch).
 _CUDA_DETERMINISTIC = re.compile(
     r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|NoBinaryForGpu|[Aa]ssert"
+    r"|PTX codegen error"
     r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
 )
 

@@ -238,7 +238,9 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
     ),
     (
         "checkpoint_error",
-        re.compile(r"/deepspeed/(?:checkpoint/\w+|utils/zero_to_fp32)\.py$"),
+        # (round 29: and the copy of zero_to_fp32.py DeepSpeed saves in each checkpoint
+        # directory, run from there, deepspeedai/DeepSpeed#1317)
+        re.compile(r"/deepspeed/checkpoint/\w+\.py$|/zero_to_fp32\.py$"),
         None,
         _CHECKPOINT_EXC,
     ),
@@ -306,6 +308,16 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"/peft/utils/save_and_load\.py$"),
         re.compile(r"load_peft_weights|set_peft_model_state_dict|torch_load"),
         _CHECKPOINT_EXC,
+    ),
+    # (round 29) fairseq's checkpoint loading (checkpoint_utils.py load_checkpoint,
+    # load_checkpoint_to_cpu, load_model_ensemble*; trainer.py Trainer.load_checkpoint), which
+    # only find, read and restore a saved model ("Cannot load model parameters from checkpoint
+    # X; please ensure that the architectures match.", facebookresearch/fairseq#4590)
+    (
+        "checkpoint_error",
+        re.compile(r"/fairseq/(?:checkpoint_utils|trainer)\.py$"),
+        re.compile(r"load_checkpoint\w*|load_model_ensemble\w*"),
+        _CHECKPOINT_EXC | {"TypeError", "IndexError"},
     ),
     # (round 27) Orbax (JAX's checkpointing): restoring or reading the metadata of a save
     # ("ValueError: cannot reshape array of size 2 into shape (1,64)" in type_handlers.py
