@@ -471,6 +471,8 @@ _TRIGGERS: tuple[str, ...] = (
     "ssh: Could not resolve hostname",
     # -- round 28 (tune25): kubelet's eviction events carry no "error"
     "ephemeral",
+    # -- round 30 (tune27): transformers' ZeRO-3 check pasted without its ValueError
+    "not compatible with `low_cpu_mem_usage",
 )
 
 
@@ -644,6 +646,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # freed_by_count=0. The caller indicates that this is not a failure"
             r"\bRan out of memory trying to allocate [\d.]+\w*\.\s+See logs for memory state",
             r"Allocator \(GPU_\d+_bfc\) ran out of memory trying to allocate \S+ \(rounded to",
+            # (round 30) ... and TF 1.x's GPU BFC allocator failing an allocation for good
+            # (bfc_allocator.cc: "Allocator (GPU_0_bfc) ran out of memory trying to allocate
+            # 128.00MiB.  Current allocation summary follows.", the dump before the op's
+            # ResourceExhaustedError; dfaker/df#7); its retry that goes on says "The caller
+            # indicates that this is not a failure" instead
+            r"Allocator \(GPU_\d+_bfc\) ran out of memory trying to allocate \S+\s+Current"
+            r" allocation summary follows",
             # -- round 13: Caffe2's CUDA_ENFORCE (Detectron v1, caffe2/core/context_gpu.h),
             # c10's enforce format "[enforce fail at event_gpu.cc:17] error == cudaSuccess. 2 vs
             # 0. Error at: .../event_gpu.cc:17: out of memory" (2: cudaErrorMemoryAllocation;
@@ -1024,6 +1033,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # layer class to wrap in the model.", netease-youdao/BCEmbedding#66): the launch
             # config does not fit the model
             r"Could not find the transformer layer class to wrap in the model",
+            # (round 30) accelerate's newer wording names the class (utils/dataclasses.py,
+            # utils/fsdp_utils.py: "ValueError: Could not find the transformer layer class
+            # QwenImageTransformerBlock in the model.", huggingface/accelerate#3811)
+            r"Could not find the transformer layer class \S+ in the model",
+            # (round 30) transformers' from_pretrained under a ZeRO-3 config (modeling_utils.py:
+            # "DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing
+            # a `device_map`."), also pasted without its ValueError (OptimalScale/LMFlow#620)
+            r"DeepSpeed Zero-3 is not compatible with .low_cpu_mem_usage=True. or with passing",
             # deepspeed/runtime/config.py _batch_assertion: train != micro * gas * world
             r"Check batch related parameters",
             r"isn't supported yet with DeepSpeed Zero-3",  # transformers trainer.py

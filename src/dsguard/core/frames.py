@@ -319,6 +319,21 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"load_checkpoint\w*|load_model_ensemble\w*"),
         _CHECKPOINT_EXC | {"TypeError", "IndexError"},
     ),
+    # (round 30) any library's checkpoint module (a file named for checkpoints:
+    # nemo_rl/utils/automodel_checkpoint.py, a trainer's checkpoint.py or checkpoint_utils.py)
+    # failing in its load, restore or resume function: a saved run that cannot be read back
+    # ("FileNotFoundError: Failed to load model from '.../step_2/policy/weights/model' ...
+    # Please verify your checkpoint layout.", NVIDIA-NeMo/RL#1624). Not torch's activation
+    # checkpointing (torch/utils/checkpoint.py), which loads nothing; the frameworks above
+    # with their own rows are looked up first.
+    (
+        "checkpoint_error",
+        re.compile(r"/(?!torch/utils/)(?:[\w.-]+/)?\w*checkpoint\w*\.py$"),
+        re.compile(r"(?:_?\w+_)?(?:load|restore|resume)\w*"),
+        # (not TypeError: "load_model() got an unexpected keyword argument 'device'" from
+        # accelerate/checkpointing.py is two packages' versions, kohya-ss/sd-scripts#1524)
+        _CHECKPOINT_EXC,
+    ),
     # (round 27) Orbax (JAX's checkpointing): restoring or reading the metadata of a save
     # ("ValueError: cannot reshape array of size 2 into shape (1,64)" in type_handlers.py
     # _deserialize_sharding_from_json_string, a sharded save restored on another device
