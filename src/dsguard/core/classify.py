@@ -1031,12 +1031,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # none of (accelerate's fsdp_transformer_layer_cls_to_wrap, the Trainer's
             # fsdp_config, verl's wrap_policy: "Exception: Could not find the transformer
             # layer class to wrap in the model.", netease-youdao/BCEmbedding#66): the launch
-            # config does not fit the model
-            r"Could not find the transformer layer class to wrap in the model",
-            # (round 30) accelerate's newer wording names the class (utils/dataclasses.py,
-            # utils/fsdp_utils.py: "ValueError: Could not find the transformer layer class
-            # QwenImageTransformerBlock in the model.", huggingface/accelerate#3811)
-            r"Could not find the transformer layer class \S+ in the model",
+            # config does not fit the model; (round 30) accelerate's newer wording names the
+            # class (utils/dataclasses.py, utils/fsdp_utils.py: "ValueError: Could not find the
+            # transformer layer class QwenImageTransformerBlock in the model.",
+            # huggingface/accelerate#3811)
+            r"Could not find the transformer layer class (?:to wrap|\S+) in the model",
             # (round 30) transformers' from_pretrained under a ZeRO-3 config (modeling_utils.py:
             # "DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing
             # a `device_map`."), also pasted without its ValueError (OptimalScale/LMFlow#620)
@@ -1212,19 +1211,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # stored 3880206044 vs. calculated on the restored bytes 1782481297" on the next
             # line, tensorflow/tensorflow#39033)
             r"Checksum does not match: stored \d+ vs\. calculated on the restored bytes \d+",
-            # (round 25) TF's checkpoint reader (tensor_slice_reader.cc "Unable to open table
-            # file X: " and the table format's "Data loss: not an sstable (bad magic number)",
-            # lib/io/format.cc): a restore path that is no checkpoint, e.g. the "checkpoint"
-            # index text file passed as the prefix (MaybeShewill-CV/CRNN_Tensorflow#96,
-            # nwojke/cosine_metric_learning#36)
-            r"Unable to open table file \S+: Data loss: not an sstable",
-            # (round 28) ... and the same table reader's errors as the restore op raises them
-            # (table.cc Table::Open "file is too short to be an sstable", format.cc "not an
-            # sstable (bad magic number)": "DataLossError: file is too short to be an sstable
-            # [[{{node save/RestoreV2}}]]", deepmodeling/deepmd-kit#1023, a checkpoint cut short;
-            # mit-acl/rl_collision_avoidance#11)
-            r"(?:DataLossError|Data loss): (?:file is too short to be an sstable"
-            r"|not an sstable \(bad magic number\))",
+            # (round 25) TF's checkpoint table reader on a file that is no table: format.cc's
+            # "not an sstable (bad magic number)" and table.cc Table::Open's "file is too short
+            # to be an sstable", as tensor_slice_reader.cc reports them ("Unable to open table
+            # file X: Data loss: not an sstable", the "checkpoint" index text file passed as
+            # the prefix; MaybeShewill-CV/CRNN_Tensorflow#96, nwojke/cosine_metric_learning#36)
+            # and (round 28) as the restore op raises them ("DataLossError: file is too short
+            # to be an sstable [[{{node save/RestoreV2}}]]", a checkpoint cut short;
+            # deepmodeling/deepmd-kit#1023, mit-acl/rl_collision_avoidance#11)
+            r"(?:DataLossError|Data loss): (?:file is too short to be an|not an) sstable\b",
             # (round 17) Megatron-LM's checkpointing.load_checkpoint, and SwissArmyTransformer's
             # copy of it, printing a KeyError as "Unable to load optimizer from checkpoint X.
             # Specify --no-load-optim or --finetune to prevent attempting to load the optimizer
@@ -2437,18 +2432,19 @@ class StreamClassifier:
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
-            head = line[: len(line) - len(body)]
-            rest = body[header + len(_TRACEBACK) :].lstrip(":").lstrip()
-            line = line[: len(line) - len(body) + header]
+            prefix_len = len(line) - len(body)
+            tail = body[header + len(_TRACEBACK) :]
+            line = line[: prefix_len + header]
             body = body[:header]
             if _TRIGGER_RX.search(body) is None:
                 # (round 27) a whole traceback that lost its line ends ("Traceback (most
                 # recent call last): File "main.py", line 184, in <module> ... OSError:
                 # [Errno 28] No space left on device", Naver-AI-Hackathon/AI-Vision#208):
                 # its frames and its exception follow the header on this one line
-                if rest and _TRIGGER_RX.search(rest) is not None:
-                    return self._classify_line(head + rest, line_no, after_frame=after_frame)
-                return None
+                if _TRIGGER_RX.search(tail) is None:
+                    return None
+                rest = line[:prefix_len] + tail.lstrip(":").lstrip()
+                return self._classify_line(rest, line_no, after_frame=after_frame)
         frame_head = frame_header(body)
         if _BUILD_FRAME.search(body) is not None:
             self._build_frames = True  # this traceback runs through DeepSpeed's op builder
