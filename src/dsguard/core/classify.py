@@ -569,6 +569,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 24) Kaldi's CU_SAFE_CALL (cudamatrix/cu-common.h: KALDI_ERR << "cudaError_t
             # " << ret << " : \"" << cudaGetErrorString(ret) << "\" returned from '...'")
             r"cudaError_t 2 : \"out of memory\"",
+            # (round 31, tune28) ... and its own caching allocator (cudamatrix/cu-allocator.cc
+            # AllocateNewRegion: KALDI_ERR << "Failed to allocate a memory region of " <<
+            # region_size << " bytes.  Possibly this is due to sharing the GPU. ..." ending in
+            # "CUDA error: '" << cudaGetErrorString(e) << "'"; kaldi-asr/kaldi#4255): the quoted
+            # runtime text, and the allocator's sentence if the paste cut its end
+            r"CUDA error: 'out of memory'",
+            r"Failed to allocate a memory region of \d+ bytes\.\s+Possibly this is due to"
+            r" sharing the GPU",
             # (round 23) the driver API's CUresult 2 (CUDA_ERROR_OUT_OF_MEMORY) as
             # torch_memory_saver reports it ("[torch_memory_saver.cpp] CUresult error: 2 (out
             # of memory) file=csrc/utils.h func=cu_mem_create", THUDM/slime#274)
@@ -886,7 +894,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ("FAILED: /w/Deformable-DETR/models/ops/build/temp.linux-x86_64-3.7/home1/...",
             # fundamentalvision/Deformable-DETR#10), and Windows' ".obj"; not pytest's
             # "FAILED tests/..." (no colon), nor gtest's "[  FAILED  ]")
-            r"(?:^|\s)FAILED: \S*(?:/|\.o\b|\.obj\b)",
+            # (round 31, tune28: the link edge too, "FAILED: cpu_adam.so" after "/usr/bin/ld:
+            # cannot find -lcurand", deepspeedai/DeepSpeed#5816; Windows' ".pyd")
+            r"(?:^|\s)FAILED: \S*(?:/|\.o\b|\.obj\b|\.so\b|\.pyd\b)",
             r"nvcc fatal",  # "nvcc fatal   : Unsupported gpu architecture 'compute_89'"
             r"unsupported GNU version",  # CUDA crt/host_config.h "#error -- unsupported GNU ..."
             # deepspeed op_builder/builder.py: MissingCUDAException, CUDAMismatchException
@@ -1638,7 +1648,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Dist(?:Backend|Network|Store)Error",
             # NCCL's own WARN lines come with its errors (bootstrap, sockets, proxy), c10d's
             # rendezvous socket that never connects, DeepSpeed's runner ssh check of the hosts
-            r"NCCL WARN (?!.*(?:No plugin found|Could not find|Cuda failure 'out of memory'))",
+            # (round 31: not "misc/ibvwrap.cu:63 NCCL WARN Failed to open libibverbs.so[.1]",
+            # the InfiniBand library absent on a machine that then talks over sockets, printed
+            # at each healthy start-up there; the last lines of pytorch/pytorch#22531's hang)
+            r"NCCL WARN (?!.*(?:No plugin found|Could not find|Cuda failure 'out of memory'"
+            r"|Failed to open libibverbs))",
             # (round 17) NCCL misc/shmutils.cc's WARN text pasted without its "NCCL WARN"
             # prefix: the shared-memory transport's segment under /dev/shm could not be made
             # (a container's 64 MB /dev/shm; WangRongsheng/XrayGLM#83). NCCL's own segment,
@@ -1707,6 +1721,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # it in, "**RuntimeError: Connection reset by peer**", deepspeedai/DeepSpeed#2973)
             r"RuntimeError: (?:Connection reset by peer|Broken pipe|Connection refused"
             r"|Connection timed out)[\s*`]*$",
+            # -- round 31 (tune28). JAX's multi-process start-up (jax.distributed.initialize):
+            # the coordination service's barrier that every task must reach in time (TSL's
+            # coordination_service.cc: DeadlineExceeded("Barrier timed out. Barrier_id: " +
+            # id), e.g. PjRT_Client_Connect; ayaka14732/llama-2-jax#20)
+            r"DEADLINE_EXCEEDED: Barrier timed out\. Barrier_id: ",
+            # oneCCL (Intel's collective library behind torch-ccl's "ccl" backend) raising its
+            # own exception, "oneCCL: <file>:<line> <function>: EXCEPTION: <what>"
+            # (intel/torch-ccl#54: "RuntimeError: oneCCL: exec.cpp:134 start_workers:
+            # EXCEPTION: failed to start worker # 0")
+            r"\boneCCL: \S+:\d+ \w+: EXCEPTION: ",
         ),
     ),
     (
@@ -1964,6 +1988,16 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"^\s*tensor\(nan(?:, device='\w+(?::\d+)?')?(?:, dtype=torch\.\w+)?"
             r"(?:, grad_fn=<\w+>)?\)\s*$"
         ),
+    ),
+    # (round 31, tune28) verl's actor and critic updates on a non-finite clipped grad norm
+    # (workers/actor/dp_actor.py, workers/critic/dp_critic.py: print(f"WARN: grad_norm is not
+    # finite: {grad_norm}") or "WARN: rank {r} grad_norm is not finite: ...", then
+    # zero_grad() instead of step()): the step is skipped and training goes on, so one such
+    # step, printed by every worker, is not a divergence; it explains only a death nothing
+    # else explains (verl-project/verl#870, where every step went nan)
+    (
+        FailureKind.LOSS_DIVERGENCE,
+        re.compile(r"\bgrad_norm is not finite: \[?(?:tensor\()?[-+]?(?:nan|inf)\b"),
     ),
 )
 # (issue 12, round 6) What users write when they paste no log line for a host memory death:
@@ -2821,12 +2855,21 @@ def _retry_helps(kind: FailureKind, lead: Sequence[Evidence]) -> bool:
 
 
 _ARGPARSE = re.compile(r"error: unrecognized arguments: (.+?)\s*$")
+# The rendezvous port held by another process (c10d's, gloo's, Windows' wording)
+_PORT_IN_USE = re.compile(r"Address already in use|errno: 98\b|error code: 10048")
 
 
 def _hint(kind: FailureKind, lead: Sequence[Evidence]) -> str | None:
     """What the user should change, when the evidence names it."""
     if kind is not FailureKind.USER_CODE_ERROR:
         return None
+    if any(_PORT_IN_USE.search(ev.text) for ev in lead):
+        # (round 31) the job's environment, not the ranks' network: an unchanged retry meets
+        # the same holder, so the verdict names the port rather than retrying
+        return (
+            "another process holds the rendezvous port (another job, or a run left over): "
+            "end it, or give the launcher a free master port"
+        )
     for ev in lead:
         m = _ARGPARSE.search(ev.text)
         if m is not None:
@@ -2874,7 +2917,7 @@ def diverged_lines(evidence: Sequence[Evidence]) -> list[Evidence]:
     """
     lines = [
         ev for ev in evidence
-        if ev.kind is FailureKind.LOSS_DIVERGENCE and nonfinite_text(ev.text)
+        if ev.kind is FailureKind.LOSS_DIVERGENCE and not ev.weak and nonfinite_text(ev.text)
     ]  # fmt: skip
     return lines if lines and (len(lines) >= 2 or lines[0].fatal) else []
 

@@ -334,6 +334,27 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         # accelerate/checkpointing.py is two packages' versions, kohya-ss/sd-scripts#1524)
         _CHECKPOINT_EXC,
     ),
+    # (round 31, tune28) Stable-Baselines3's model loading: BaseAlgorithm.load and
+    # set_parameters (common/base_class.py) over save_util.py's load_from_zip_file, which
+    # reads the saved zip, and json_to_data, which cloudpickle-loads its objects (a class
+    # the installed version no longer has: "AttributeError: Can't get attribute 'TrainFreq'
+    # on <module ...type_aliases>", DLR-RM/stable-baselines3#441; another Python's pickle:
+    # "TypeError: an integer is required (got type bytes)", rangl-labs/netzerotc#2; a zip
+    # missing a key: "KeyError: 'policy_class'", uzh-rpg/flightmare#98). save_util.py's
+    # json_to_data itself catches RuntimeError, TypeError and AttributeError and warns in
+    # newer releases: those are the reading of a saved model, not two packages' versions.
+    (
+        "checkpoint_error",
+        re.compile(r"/stable_baselines3/common/save_util\.py$"),
+        re.compile(r"load_from_zip_file|json_to_data|load_from_pkl"),
+        _CHECKPOINT_EXC | {"TypeError", "AttributeError"},
+    ),
+    (
+        "checkpoint_error",
+        re.compile(r"/stable_baselines3/common/base_class\.py$"),
+        re.compile(r"load|set_parameters"),
+        _CHECKPOINT_EXC,
+    ),
     # (round 27) Orbax (JAX's checkpointing): restoring or reading the metadata of a save
     # ("ValueError: cannot reshape array of size 2 into shape (1,64)" in type_handlers.py
     # _deserialize_sharding_from_json_string, a sharded save restored on another device
