@@ -473,6 +473,10 @@ _TRIGGERS: tuple[str, ...] = (
     "ephemeral",
     # -- round 30 (tune27): transformers' ZeRO-3 check pasted without its ValueError
     "not compatible with `low_cpu_mem_usage",
+    # -- round 32 (tune29): each shares its first character with a trigger above
+    "Notify register times out",  # HCCL's EI0002, printed without "error" on its line
+    "abels must have the same first dimension",  # TF's sparse xent, without its exception
+    "odel is not found as a file or in Hugging Face",  # kohya's loader, logged alone
 )
 
 
@@ -562,7 +566,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # cudaMalloc outside the caching allocator (SlowFast#702), the driver API behind
             # expandable segments (unslothai/unsloth#2401), pre-1.0 THC (neural-motifs#58),
             # NCCL's "Cuda failure <code> '<cudaGetErrorString>'" format (NVIDIA/nccl#1410)
-            r"CUDA error: ?out of memory",
+            r"(?:CUDA|HIP) error: ?out of memory",  # (round 32: ROCm's hipified wording too)
             r"CUDA driver error: out of memory",
             r"cuda runtime error \(2\) : out of memory",
             r"Cuda failure (?:\d+ )?'out of memory'",
@@ -577,6 +581,18 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDA error: 'out of memory'",
             r"Failed to allocate a memory region of \d+ bytes\.\s+Possibly this is due to"
             r" sharing the GPU",
+            # (round 32, tune29) Intel's TensorFlow plugin for its GPUs (ITEX) failing an
+            # allocation for good, logged at error level before the op fails ("E
+            # itex/core/devices/bfc_allocator.cc:101] Allocator ran out of memory trying to
+            # allocate 10529419660 Bytes (rounded to 10529419776 Bytes)",
+            # intel/intel-extension-for-tensorflow#46)
+            r"\bE itex/\S*bfc_allocator\.cc:\d+\] Allocator ran out of memory trying to allocate",
+            # MindSpore's device memory pool refusing a kernel's buffers (ccsrc's kernel
+            # runtime: "Malloc for kernel output failed, Memory isn't enough, node:
+            # Default/Cast-op446", "Device memory isn't enough and alloc failed, alloc size:
+            # N"; mindspore-lab/mindone#465)
+            r"Malloc for kernel (?:input|output|workspace) failed, Memory isn't enough",
+            r"Device memory isn't enough and alloc failed",
             # (round 23) the driver API's CUresult 2 (CUDA_ERROR_OUT_OF_MEMORY) as
             # torch_memory_saver reports it ("[torch_memory_saver.cpp] CUresult error: 2 (out
             # of memory) file=csrc/utils.h func=cu_mem_create", THUDM/slime#274)
@@ -746,6 +762,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # cgroup's OOM kill) and kubelet's eviction ("The node was low on resource:
             # memory. Container trainer was using 30Gi, which exceeds its request of 16Gi.")
             r"killed due to the node running low on memory",
+            # (round 32, tune29) ... and that exception's detail when the paste starts below
+            # its first line (the raylet's memory monitor: "Memory on the node (IP: ...) where
+            # the task (...) was running was 12.49GB / 13.15GB (0.950003), which exceeds the
+            # memory usage threshold of 0.95. Ray killed this worker (ID: ...) because it was
+            # the most recently scheduled task; ...", vllm-project/vllm#2669)
+            r"which exceeds the memory usage threshold of [\d.]+\. Ray killed this worker",
             # (round 29) Ray < 2's memory monitor (python/ray/memory_monitor.py: "ray.
             # memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node Local is
             # used (15.98 / 16.82 GB). The top 5 memory consumers are: ..."), raised in the
@@ -1230,6 +1252,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # to be an sstable [[{{node save/RestoreV2}}]]", a checkpoint cut short;
             # deepmodeling/deepmd-kit#1023, mit-acl/rl_collision_avoidance#11)
             r"(?:DataLossError|Data loss): (?:file is too short to be an|not an) sstable\b",
+            # (round 32, tune29) ... and the restore op's kernel reporting any data loss in the
+            # checkpoint it reads (save_restore_v2_ops.cc RestoreV2: "OP_REQUIRES failed at
+            # save_restore_v2_ops.cc:207 : DATA_LOSS: truncated block read", a checkpoint read
+            # from S3; tensorflow/tensorflow#61449). SaveV2 writes, it never loses data read
+            r"save_restore_v2_ops\.cc:\d+ : (?:DATA_LOSS|Data loss): ",
             # (round 17) Megatron-LM's checkpointing.load_checkpoint, and SwissArmyTransformer's
             # copy of it, printing a KeyError as "Unable to load optimizer from checkpoint X.
             # Specify --no-load-optim or --finetune to prevent attempting to load the optimizer
@@ -1356,6 +1383,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # AIGeeksGroup/3D-R1#16)
             r"\bnon-finite loss, ending training\b",
             r"(?i:\bloss i[sn] not finite\b)",
+            # (round 32, tune29) icefall's ScaledAdam giving up when most of a step's gradients
+            # are NaN/inf (zipformer/optim.py _get_clipping_scale: raise RuntimeError("Too
+            # many grads were not finite"); k2-fsa/icefall#1810)
+            r"Too many grads were not finite",
             # (round 24) the ultralytics (YOLOv8+) training row, losses gone NaN and training
             # going on ("91/300  17G  nan  nan  nan  2  640: 100%|...", ultralytics#19357):
             # epoch/epochs, GPU memory, each loss column nan, instances, image size
@@ -1433,6 +1464,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Any other CUDA runtime/driver error is sticky: the context is unusable (illegal
             # memory access, device-side assert, unspecified launch failure, ECC, ...).
             r"CUDA error:",
+            # (round 32, tune29) ROCm's torch prints the same checks as "HIP error: ..." ("HIP
+            # error: invalid device function", a kernel not built for the GPU's architecture;
+            # verl-project/verl#3163)
+            r"HIP error:",
             r"CUDA driver error:",
             r"cuda runtime error \(\d+\)",
             # (round 24) ... and any other error through Kaldi's CU_SAFE_CALL ("ERROR
@@ -1731,6 +1766,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (intel/torch-ccl#54: "RuntimeError: oneCCL: exec.cpp:134 start_workers:
             # EXCEPTION: failed to start worker # 0")
             r"\boneCCL: \S+:\d+ \w+: EXCEPTION: ",
+            # (round 32, tune29) HCCL (Huawei Ascend's collectives) timing out on a peer, CANN
+            # error code EI0002 "Communication_Error_Timeout": "The wait execution of the
+            # Notify register times out. Reason: The Notify register has not received the
+            # Notify record from remote rank: [%s]" (vllm-project/vllm-ascend#1443)
+            r"The wait execution of the Notify register times out",
         ),
     ),
     (
@@ -1781,6 +1821,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "python3: No module named run" for `python -m` (clvrai/skill-chaining#4): the
             # job's command line, retried in vain
             r"\bCould not override '[^']+'\.",
+            # (round 32, tune29) TF's sparse softmax cross-entropy kernel on labels that do not
+            # fit the logits (sparse_xent_op.cc: "logits and labels must have the same first
+            # dimension, got logits shape [32,271573] and labels shape [960]"), pasted without
+            # its InvalidArgumentError (keras-team/keras#17368): the model's or data's shapes
+            r"logits and labels must have the same first dimension, got logits shape",
+            # kohya-ss sd-scripts' model loader (library/model_util.py, sdxl_model_util.py)
+            # logging, before it re-raises the OSError, that the model path names nothing:
+            # "model is not found as a file or in Hugging Face, perhaps file name is wrong? /
+            # 指定したモデル名のファイル、..." (aicuai/Book-StartGuideSDXL#1)
+            r"model is not found as a file or in Hugging Face, perhaps file name is wrong\?",
             # (round 23) HF datasets' json/csv builders on a file pyarrow cannot parse
             # (packaged_modules/json/json.py: "Failed to read file '/d/train.json' with error
             # <class 'pyarrow.lib.ArrowInvalid'>: JSON parse error: ... in row 2372";
@@ -1844,6 +1894,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     (re.compile(r"已杀死"), 9),
     (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
     (re.compile(r"^zsh: killed\b"), 9),
+    # (round 32, tune29) the signal's name alone on the last line, as a task manager or a
+    # notebook host prints the end of the process it killed (pytorch/xla#4863: "the script
+    # is forcefully killed by a task manager: SIGKILL")
+    (re.compile(r"^[\s*]*SIGKILL[\s*.]*$"), 9),
     # job-control notices for a background job killed by SIGKILL: zsh "[1]    26478 killed
     # python test.py" (lower case, as zsh's signal table names SIGKILL), bash "[1]+  Killed
     # python train.py"; glued after a tqdm bar in pasted output (Baichuan2#138)
@@ -2843,7 +2897,7 @@ _RETRY_HELPS = frozenset(
 # or the code indexes out of range (a device-side assert recurs at the same batch).
 _CUDA_DETERMINISTIC = re.compile(
     r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|NoBinaryForGpu|[Aa]ssert"
-    r"|PTX codegen error"
+    r"|PTX codegen error|invalid device function"
     r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
 )
 

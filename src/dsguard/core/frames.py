@@ -172,7 +172,12 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
     (
         "ds_config_error",
         re.compile(r"/accelerate/utils/dataclasses\.py$"),
-        re.compile(r"deepspeed_config_process|_deepspeed_config_checks|fill_match"),
+        # (round 32, tune29: and the FSDP plugin's wrap policy read from the config and
+        # FSDP_* environment, "ValueError: invalid literal for int() with base 10:
+        # '100000000.0'" for min_num_params; huggingface/accelerate#1361)
+        re.compile(
+            r"deepspeed_config_process|_deepspeed_config_checks|fill_match|set_auto_wrap_policy"
+        ),
         _CONFIG_EXC,
     ),
     (
