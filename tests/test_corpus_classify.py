@@ -70,10 +70,10 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 #: raising "RayOutOfMemoryError: More than 95% of the memory on node ... is used", whose class
 #: name the device rule's "OutOfMemoryError" matched; as tune26, round 29's rules read it as
 #: host memory. heldout31 (round 32's rules, scored once) took a log labelled nccl_error for a
-#: host_oom (6 of 7 right); it is tune30 now, and round 33 reads that log.
-_IMPRECISE: dict[str, str] = {
-    "tune30": "host_oom 6/7 (an nccl_error named a host OOM), its record as heldout31",
-}
+#: host_oom (6 of 7 right): oneCCL over libfabric, whose provider's "fails with ret: -12,
+#: strerror: Cannot allocate memory" the host rule's strerror(ENOMEM) matched; as tune30,
+#: round 33's rules read it as the communication failure it is. None now.
+_IMPRECISE: dict[str, str] = {}
 
 
 def _groups(groups: Sequence[str], known: dict[str, str]) -> list[Any]:
@@ -272,8 +272,11 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune29": (0.982, 1),
     # tune30 (54 logs gathered as heldout31 with heldout30 in round 31, kept unread until round
     # 32's rules were frozen at 2dba6b3): 47/54 = 87.0% (unknown 7.4%), scored once, its record
-    # as a held-out set (host_oom precision 6/7); a tuning set since round 33.
-    "tune30": (0.87, 4),
+    # as a held-out set (host_oom precision 6/7); a tuning set since round 33, whose rules took
+    # it to 53/54. The one left: Keras' model.load_weights() failing in numpy's transpose
+    # ("ValueError: axes don't match array") with the frames between hidden by Keras'
+    # traceback filter, so nothing but the script's own call says a checkpoint was read.
+    "tune30": (0.981, 0),
 }
 
 

@@ -477,6 +477,8 @@ _TRIGGERS: tuple[str, ...] = (
     "Notify register times out",  # HCCL's EI0002, printed without "error" on its line
     "abels must have the same first dimension",  # TF's sparse xent, without its exception
     "odel is not found as a file or in Hugging Face",  # kohya's loader, logged alone
+    # -- round 33 (tune30): shares its first character with a trigger above
+    "ERROR| ",  # oneCCL's error log lines, "|CCL_ERROR| atl_ofi.cpp:237 init: ..."
 )
 
 
@@ -750,7 +752,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # host memory either way (shmsw25/single-hop-rc#2, CETC-TFAI/MaCA#20)
             r"Torch: not enough memory: you tried to allocate \d+GB",
             r"Fail to alloc memory of \d+ size, error code is 12",  # Paddle, CPU side
-            r"Cannot allocate memory",  # strerror(ENOMEM), with or without "[Errno 12]"
+            # strerror(ENOMEM), with or without "[Errno 12]". (Round 33, tune30: not libfabric's
+            # provider set-up under oneCCL, "|CCL_ERROR| atl_ofi_helper.cpp:1204 ...
+            # fi_scalable_ep(...) fails with ret: -12, strerror: Cannot allocate memory": an
+            # RDMA endpoint refused, most often for the locked-memory limit, not host RAM;
+            # intel/intel-extension-for-pytorch#810. Its line is a communication failure.)
+            r"(?<!ret: -12, strerror: )Cannot allocate memory",
             r"\bmemory allocation failed\b",
             r"memory allocation of \d+ bytes failed",  # Rust's alloc error (tch-rs)
             r"_ArrayMemoryError|Unable to allocate [\d.]+ [KMGTP]i?B for an array",  # numpy
@@ -900,6 +907,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # space. Needed: 1.62 GiB (download: ..., generated: ...)", "Needed: Unknown size"
             # when the cache's filesystem reports no free space at all; zai-org/ChatGLM-6B#1305)
             r"Not enough disk space\. Needed: ",
+            # (round 33, tune30) Python's tempfile finding no directory it can write a probe
+            # file into (tempfile.py _get_default_tempdir: "FileNotFoundError: [Errno 2] No
+            # usable temporary directory found in ['/tmp', '/var/tmp', ...]"): every candidate
+            # refused the write, a full /tmp above all (capreolus-ir/capreolus#154)
+            r"No usable temporary directory found in \[",
         ),
     ),
     (
@@ -1068,6 +1080,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # transformer layer class QwenImageTransformerBlock in the model.",
             # huggingface/accelerate#3811)
             r"Could not find the transformer layer class (?:to wrap|\S+) in the model",
+            # (round 33, tune30) the Trainer's fsdp option naming no FSDP mode (transformers
+            # trainer_utils.py FSDPOption, an ExplicitEnum: "ValueError: fsdp2 is not a valid
+            # FSDPOption, please select one of ['full_shard', ...]"; modelscope/ms-swift#7309)
+            r"\bis not a valid FSDPOption\b",
             # (round 30) transformers' from_pretrained under a ZeRO-3 config (modeling_utils.py:
             # "DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing
             # a `device_map`."), also pasted without its ValueError (OptimalScale/LMFlow#620)
@@ -1613,6 +1629,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bJob deleted at request of \S+@",
             r"\bexceeded hard wallclock time\b",
             r"\bJob was (?:evicted|aborted by the user)\b",
+            # (round 33, tune30) a failure-signal handler naming the sender of a SIGTERM or
+            # SIGHUP (glog's and Paddle's: "[SignalInfo: *** SIGTERM (@0x147) received by PID
+            # 108 (TID 0x7ff0553a4740) from PID 327 ***]", Paddle's "FatalError: `Termination
+            # signal` is detected by the operating system."; PaddlePaddle/Paddle#57534)
+            r"\*\*\* SIG(?:TERM|HUP) \(@0x[0-9a-f]+\) received by PID \d+ \(TID 0x[0-9a-f]+\)"
+            r" from PID \d+",
+            r"FatalError: `Termination signal` is detected by the operating system",
             r"\bSpot [Ii]nstance (?:interruption|termination) notice\b",  # AWS
             # (round 7) a grid's own wall-clock kill in words (CMS CRAB's HTCondor post-job:
             # "Not retrying job due to wall clock limit (job automatically killed on the worker
@@ -1760,12 +1783,19 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the coordination service's barrier that every task must reach in time (TSL's
             # coordination_service.cc: DeadlineExceeded("Barrier timed out. Barrier_id: " +
             # id), e.g. PjRT_Client_Connect; ayaka14732/llama-2-jax#20)
-            r"DEADLINE_EXCEEDED: Barrier timed out\. Barrier_id: ",
+            # (round 33, tune30: newer TSL says "Barrier timed out. Id: %s. This usually happens
+            # because a task triggered the barrier too early or too slowly.", as when the tasks
+            # never all register; AI-Hypercomputer/gpu-recipes#2)
+            r"DEADLINE_EXCEEDED: Barrier timed out\. (?:Barrier_id|Id): ",
             # oneCCL (Intel's collective library behind torch-ccl's "ccl" backend) raising its
             # own exception, "oneCCL: <file>:<line> <function>: EXCEPTION: <what>"
             # (intel/torch-ccl#54: "RuntimeError: oneCCL: exec.cpp:134 start_workers:
             # EXCEPTION: failed to start worker # 0")
             r"\boneCCL: \S+:\d+ \w+: EXCEPTION: ",
+            # (round 33, tune30) ... and its error log lines, "<time>:(<pid>) |CCL_ERROR|
+            # atl_ofi.cpp:237 init: can't find suitable provider" (the fabric under it failing;
+            # intel/intel-extension-for-pytorch#810)
+            r"\|CCL_ERROR\| \w+\.(?:cpp|hpp|c|h):\d+ ",
             # (round 32, tune29) HCCL (Huawei Ascend's collectives) timing out on a peer, CANN
             # error code EI0002 "Communication_Error_Timeout": "The wait execution of the
             # Notify register times out. Reason: The Notify register has not received the
