@@ -479,6 +479,10 @@ _TRIGGERS: tuple[str, ...] = (
     "odel is not found as a file or in Hugging Face",  # kohya's loader, logged alone
     # -- round 33 (tune30): shares its first character with a trigger above
     "ERROR| ",  # oneCCL's error log lines, "|CCL_ERROR| atl_ofi.cpp:237 init: ..."
+    # -- round 34 (tune31): each shares its first character with a trigger above
+    "socket has timed out",  # c10d's client socket, a glog line without "Error"
+    "oordinationService/",  # JAX's coordination service RPC named in a gRPC error detail
+    "comm_network.cpp:",  # OneFlow's RDMA transport's glog CHECK
 )
 
 
@@ -1421,7 +1425,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # follow the name, so a counter named "loss_nan: 0" is not a NaN
             # (round 16: PaddleOCR and its forks log each metric as '{}: {:x<6f}', so a NaN
             # loss is padded with the fill character: "loss: nanxxx", PaddleOCR#10042)
-            r"(?i:\b\w*loss\w*['\"\]\s:=|]{1,40}(?:tensor\()?nanx*\b)",
+            # (round 34, tune31: also a value printed as a one-element list or array, Paddle's
+            # "loss: [nan]", PaddlePaddle/PaddleSlim#1582)
+            r"(?i:\b\w*loss\w*['\"\]\s:=|]{1,40}(?:tensor\(|\[)?nanx*\b)",
             # (round 18) TRL's preference trainers (DPO, KTO, ORPO, CPO) log the policy's
             # log-probabilities and logits per batch ("'logps/chosen': nan, 'logits/rejected':
             # nan"): NaN there is the model's output gone NaN, whatever the loss shows
@@ -1519,6 +1525,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # facebookresearch/blt#102; "... an illegal memory access was encountered"); its
             # out-of-memory is not a fault of the context
             r"Triton Error \[CUDA\]: (?!out of memory)",
+            # (round 34, tune31) Paddle's kernel-side PADDLE_ENFORCE, printed from the device
+            # ("Error: /paddle/paddle/phi/kernels/gpu/cross_entropy_kernel.cu:1008 Assertion
+            # `false` failed. The value of label expected >= 0 and < 7, or == -100, but got
+            # 10.", PaddlePaddle/PaddleOCR#8932): a device-side assert
+            r"Error: \S+\.cu:\d+ Assertion `[^`]*` failed\.",
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
             # (round 28) ROCm's "no kernel image": the HIP runtime finding no code object for
             # the GPU's architecture (rocclr hip_code_object.cpp: "hipErrorNoBinaryForGpu:
@@ -1753,6 +1764,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # communicator and retrieving ncclUniqueId from [0] via c10d key-value store by
             # key '0', but store->get('0') got error: ..." (RuntimeError before DistBackendError)
             r"Timed out initializing process group in store based ?barrier",
+            # (round 34, tune31: newer torch logs it as a glog line, "[E108 ... socket.cpp:957]
+            # [c10d] The client socket has timed out after 900s while trying to connect to
+            # (33.145.124.128, 29500).", with no "Error" on it; a trigger now reads it,
+            # pytorch/pytorch#105782)
             r"client socket has timed out after \S+ while trying to connect to",
             r"(?:Error|Exception): Socket Timeout\b",
             # (round 6) c10d's TCPStore wait in torch < 2.3, raised as a RuntimeError: "Timed
@@ -1801,6 +1816,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Notify register times out. Reason: The Notify register has not received the
             # Notify record from remote rank: [%s]" (vllm-project/vllm-ascend#1443)
             r"The wait execution of the Notify register times out",
+            # (round 34, tune31) JAX's coordination service: a gRPC call to it that failed, as
+            # the error detail names it ("DEADLINE_EXCEEDED: Deadline Exceeded" then "RPC:
+            # /tensorflow.CoordinationService/RegisterTask", a task that could not reach the
+            # coordinator; jax-ml/jax#35905), or "while calling /tensorflow.
+            # CoordinationService/Barrier"
+            r"(?:RPC: |while calling )/tensorflow\.CoordinationService/\w+",
+            # OneFlow's RDMA transport failing a glog CHECK ("F20230523 19:20:03.780495 441071
+            # ibverbs_comm_network.cpp:136] Check failed: cq_ : Invalid argument [22]", after
+            # "libi40iw-i40iw_ucreate_cq: failed to create CQ"; Oneflow-Inc/libai#508)
+            r"\bibverbs_comm_network\.cpp:\d+\] Check failed",
         ),
     ),
     (

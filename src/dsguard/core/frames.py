@@ -40,9 +40,12 @@ _PLAIN = re.compile(r"\s*File \"([^\"\n]+)\", line \d+, in ([^\s,]+)")
 # check_ckpt_list'), or wrapped by a terminal or an issue form inside "line N, in f" ('File
 # ".../c10d_rendezvous_backend.py", line 11' + '9, in _call_store'). Only a .py path, and only
 # up to the line's end: the function is kept if it is whole on the line, else left empty, which
-# only path-wide rows match.
+# only path-wide rows match. (Round 34, tune31: also a paste whose first line the excerpt cut
+# inside the path, 'EasyR1/verl/utils/fsdp_utils.py", line 66, in get_fsdp_wrap_policy',
+# hiyouga/EasyR1#15: without its opening quote the path has no blank, so prose is not read.)
 _PLAIN_CUT = re.compile(
-    r"\s*(?:File )?\"([^\"\n]+\.pyw?)\", line(?: \d*(?:,(?: i(?:n(?: ([^\s,]*))?)?)?)?)?\s*$"
+    r"\s*(?:File )?\"?((?:(?<=\")[^\"\n]+|[^\s\"]+)\.pyw?)\", line"
+    r"(?: \d*(?:,(?: i(?:n(?: ([^\s,]*))?)?)?)?)?\s*$"
 )
 # (rich wraps " in <func>" onto the next line when the path is long: the path alone is kept,
 # with no function, which only path-wide rows of the table below can match)
@@ -359,6 +362,16 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"/stable_baselines3/common/base_class\.py$"),
         re.compile(r"load|set_parameters"),
         _CHECKPOINT_EXC,
+    ),
+    # (round 34, tune31) verl's FSDP wrap policy (utils/fsdp_utils.py get_fsdp_wrap_policy:
+    # "Exception: Cannot find Qwen2VLDecoderLayer in pretrained model.", the config's wrap
+    # class that the model has none of; hiyouga/EasyR1#15, which vendors verl): the launch's
+    # distributed config, as accelerate's (above)
+    (
+        "ds_config_error",
+        re.compile(r"/verl/utils/fsdp_utils\.py$"),
+        re.compile(r"get_fsdp_wrap_policy"),
+        _CONFIG_EXC,
     ),
     # (round 27) Orbax (JAX's checkpointing): restoring or reading the metadata of a save
     # ("ValueError: cannot reshape array of size 2 into shape (1,64)" in type_handlers.py
