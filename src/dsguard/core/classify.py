@@ -483,6 +483,9 @@ _TRIGGERS: tuple[str, ...] = (
     "socket has timed out",  # c10d's client socket, a glog line without "Error"
     "oordinationService/",  # JAX's coordination service RPC named in a gRPC error detail
     "comm_network.cpp:",  # OneFlow's RDMA transport's glog CHECK
+    # -- round 35 (tune32): each shares its first character with a trigger above
+    "allocating <= available",  # Paddle Fluid's GPU chunk check, "EnforceNotMet: enforce ..."
+    "nable to import torch, pre-compiling",  # DeepSpeed's setup.py without torch
 )
 
 
@@ -622,6 +625,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"OOM when allocating tensor.{0,300}?/device:GPU:\d",
             r"(?i:\bcuda failed with error (?:\d+ )?out of memory)",
             r"cudaErrorMemoryAllocation",
+            # (round 35, tune32) MXNet's CUDA_CALL check on a kernel launch (mxnet_op.h: "Check
+            # failed: err == cudaSuccess (2 vs. 0) Name: mxnet_generic_kernel ErrStr:out of
+            # memory", apache/mxnet#10323; 2 is cudaErrorMemoryAllocation) and Paddle Fluid's
+            # GPU chunk sizing asking for more than the device has free (platform/gpu_info.cc
+            # GpuMaxChunkSize: "EnforceNotMet: enforce allocating <= available failed,
+            # 10513462067 > 1369702144", mended by FLAGS_fraction_of_gpu_memory_to_use;
+            # PaddlePaddle/Paddle#8992)
+            r"cudaSuccess \(2 vs\. 0\)|\bErrStr:out of memory",
+            r"enforce allocating <= available failed",
             # -- issue 12, round 6: device-memory exhaustion in the other frameworks and
             # runtimes users train with. XLA (JAX, TF-XLA): "RESOURCE_EXHAUSTED: Out of memory
             # while trying to allocate 33762398024 bytes.", "Resource exhausted: Failed to
@@ -1084,6 +1096,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # transformer layer class QwenImageTransformerBlock in the model.",
             # huggingface/accelerate#3811)
             r"Could not find the transformer layer class (?:to wrap|\S+) in the model",
+            # (round 35, tune32) FSDP flattening a wrapped module whose parameters mix frozen
+            # and trainable ones (torch distributed/fsdp/flat_param.py _init_flat_param:
+            # "ValueError: `FlatParameter` requires uniform `requires_grad`"), a PEFT model
+            # under FSDP without use_orig_params: the FSDP config, not the script
+            # (huggingface/transformers#27542)
+            r"`FlatParameter` requires uniform `requires_grad`",
             # (round 33, tune30) the Trainer's fsdp option naming no FSDP mode (transformers
             # trainer_utils.py FSDPOption, an ExplicitEnum: "ValueError: fsdp2 is not a valid
             # FSDPOption, please select one of ['full_shard', ...]"; modelscope/ms-swift#7309)
@@ -1531,6 +1549,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # 10.", PaddlePaddle/PaddleOCR#8932): a device-side assert
             r"Error: \S+\.cu:\d+ Assertion `[^`]*` failed\.",
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
+            # (round 35, tune32) ONNX Runtime's CUDA provider (cuda_call.cc CudaCall: "CUDNN
+            # failure 8: CUDNN_STATUS_EXECUTION_FAILED ; GPU=0 ; ...",
+            # triton-inference-server/server#4766); its ALLOC_FAILED is an OOM, above
+            r"CUDNN failure \d+: CUDNN_STATUS_(?!ALLOC_FAILED)\w+",
             # (round 28) ROCm's "no kernel image": the HIP runtime finding no code object for
             # the GPU's architecture (rocclr hip_code_object.cpp: "hipErrorNoBinaryForGpu:
             # Coudn't find binary for current devices!", later "Unable to find code object
@@ -2098,6 +2120,15 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?:, grad_fn=<\w+>)?\)\s*$"
         ),
     ),
+    # (round 35, tune32) DeepSpeed's setup.py when torch cannot be imported ("[WARNING] Unable
+    # to import torch, pre-compiling ops will be disabled."): with DS_BUILD_OPS=1 the build it
+    # was asked for then fails (deepspeedai/DeepSpeed#5663, a pip install cut before its
+    # "AssertionError: Unable to pre-compile ops without torch installed"); without it the
+    # install goes on, so the warning explains only a death nothing else explains
+    (
+        FailureKind.DS_BUILD_ERROR,
+        re.compile(r"Unable to import torch, pre-compiling ops will be disabled"),
+    ),
     # (round 31, tune28) verl's actor and critic updates on a non-finite clipped grad norm
     # (workers/actor/dp_actor.py, workers/critic/dp_critic.py: print(f"WARN: grad_norm is not
     # finite: {grad_norm}") or "WARN: rank {r} grad_norm is not finite: ...", then
@@ -2172,6 +2203,10 @@ _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is no
 # Messages their emitter indents (load_state_dict's per-parameter detail), which the echo
 # test below would otherwise drop as traceback source.
 _INDENTED_MESSAGE = re.compile(r"size mismatch for(?: \S+: copying a param with shape|\s*$)")
+# (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
+# (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
+# ops will be disabled.", deepspeedai/DeepSpeed#5663), though "[" opens a list in code.
+_LEVEL_TAG = re.compile(r"\[(?:WARNING|WARN|ERROR|INFO|DEBUG|CRITICAL|FATAL)\]")
 # What an echoed traceback frame looks like once its indentation is gone: a frame header, a
 # rich/IPython frame, a statement, a call or an assignment, a string literal (the message
 # inside a multi-line raise), a closing bracket. Anything else indented is a message.
@@ -2610,6 +2645,7 @@ class StreamClassifier:
             if (
                 _EXC_LINE.match(stripped) is None
                 and _JSON_MESSAGE.match(stripped) is None
+                and _LEVEL_TAG.match(stripped) is None
                 and _CODE_LIKE.match(stripped) is not None
             ):
                 glued = _GLUED_EXC.search(stripped)
