@@ -289,8 +289,12 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune32": (1.0, 0),
     # tune33 (73 logs gathered as heldout34 in round 35 by five helpers that never read the
     # rules; the rules were frozen at c55e008 before the set was merged or read): 56/73 = 76.7%
-    # (unknown 15.1%), scored once, its record as a held-out set; a tuning set since round 36.
-    "tune33": (0.767, 11),
+    # (unknown 15.1%), scored once, its record as a held-out set; a tuning set since round 36,
+    # whose rules took it to 68/73. Left: Colab's "tcmalloc: large alloc" then a Ctrl-C, Ray's
+    # "The worker may have exceeded K8s pod memory limits" (its own "may"), a bare "-9" a
+    # script printed, a Lightning resume's "'ZeroOptimizer' object has no attribute 'state'",
+    # and a distributed-checkpoint traceback whose lines a terminal ran together.
+    "tune33": (0.931, 3),
 }
 
 

@@ -486,6 +486,11 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 35 (tune32): each shares its first character with a trigger above
     "allocating <= available",  # Paddle Fluid's GPU chunk check, "EnforceNotMet: enforce ..."
     "nable to import torch, pre-compiling",  # DeepSpeed's setup.py without torch
+    # -- round 36 (tune33): each shares its first character with a trigger above
+    "SerializeToOstream",  # Caffe's snapshot write check
+    "annot copy param",  # Caffe's restore of a layer of another shape
+    "etting socket times out",  # HCCL's EI0006
+    "ouldn't open file: ",  # darknet's file_error
 )
 
 
@@ -928,6 +933,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # usable temporary directory found in ['/tmp', '/var/tmp', ...]"): every candidate
             # refused the write, a full /tmp above all (capreolus-ir/capreolus#154)
             r"No usable temporary directory found in \[",
+            # (round 36, tune33) Caffe writing a snapshot (util/io.cpp WriteProtoToBinaryFile:
+            # "Check failed: proto.SerializeToOstream(&output)", under Solver::Snapshot): the
+            # stream refused the write, a full disk as the corpus reads PytorchStreamWriter's
+            # "file write failed" (facebookarchive/C3D#13, inferred, noted)
+            r"Check failed: proto\.SerializeToOstream\(&output\)",
         ),
     ),
     (
@@ -947,6 +957,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 31, tune28: the link edge too, "FAILED: cpu_adam.so" after "/usr/bin/ld:
             # cannot find -lcurand", deepspeedai/DeepSpeed#5816; Windows' ".pyd")
             r"(?:^|\s)FAILED: \S*(?:/|\.o\b|\.obj\b|\.so\b|\.pyd\b)",
+            # (round 36, tune33) the linker failing under a JIT build (a compiled op, Triton's
+            # launcher stub): gcc's driver "collect2: error: ld returned 1 exit status" after
+            # "ld: cannot find -lcuda: <strerror>" (fishaudio/fish-speech#85, localized); the
+            # driver's name is peeled as a host prefix, so the rule reads what follows it
+            r"(?:^|\bcollect2: )error: ld returned \d+ exit status",
             r"nvcc fatal",  # "nvcc fatal   : Unsupported gpu architecture 'compute_89'"
             r"unsupported GNU version",  # CUDA crt/host_config.h "#error -- unsupported GNU ..."
             # deepspeed op_builder/builder.py: MissingCUDAException, CUDAMismatchException
@@ -1102,6 +1117,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # under FSDP without use_orig_params: the FSDP config, not the script
             # (huggingface/transformers#27542)
             r"`FlatParameter` requires uniform `requires_grad`",
+            # (round 36, tune33) ZeRO-1/2's gradient bucketing meeting a gradient reduced twice
+            # (runtime/zero/stage_1_and_2.py: "The parameter 290 has already been reduced.
+            # Gradient computed twice for this partition. Multiple gradient reduction is
+            # currently not supported"): ZeRO-2 under pipeline parallelism, or reentrant
+            # checkpointing, which a ZeRO stage or checkpointing setting mends
+            # (deepspeedai/DeepSpeedExamples#86)
+            r"Gradient computed twice for this partition\.\s+Multiple gradient reduction",
             # (round 33, tune30) the Trainer's fsdp option naming no FSDP mode (transformers
             # trainer_utils.py FSDPOption, an ExplicitEnum: "ValueError: fsdp2 is not a valid
             # FSDPOption, please select one of ['full_shard', ...]"; modelscope/ms-swift#7309)
@@ -1302,6 +1324,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the RNG states) and calling sys.exit(): the checkpoint lacks what a resume reads
             # (THUDM/SwissArmyTransformer#137)
             r"Specify --no-load-(?:optim|rng) or --finetune to prevent attempting to load",
+            # (round 36, tune33) TF's Saver.restore on a prefix with no checkpoint files
+            # (training/saver.py: "ValueError: The passed save_path is not a valid checkpoint:
+            # Data/checkpoint/gcn.ckpt", nywang16/Pixel2Mesh#106) and Caffe's restore of a
+            # snapshot or weights whose layer shapes differ (net.cpp CopyTrainedLayersFrom:
+            # "Cannot copy param 0 weights from layer 'conv4_3_norm_mbox_conf'; shape
+            # mismatch.", weiliu89/caffe#343)
+            r"The passed save_path is not a valid checkpoint: ",
+            r"Cannot copy param \d+ weights from layer '[^']*'; shape mismatch",
             r"inline_container\.cc:\d+\] \. file not found: ",
             # (round 13: also "file signature not found", HDF5's word for a file that is not
             # HDF5 or was cut to nothing: a Keras load_weights on a save that was interrupted,
@@ -1548,6 +1578,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # `false` failed. The value of label expected >= 0 and < 7, or == -100, but got
             # 10.", PaddlePaddle/PaddleOCR#8932): a device-side assert
             r"Error: \S+\.cu:\d+ Assertion `[^`]*` failed\.",
+            # (round 36, tune33) Paddle 2.0's enforce on a CUDA runtime error ("ExternalError:
+            # Cuda error(719), unspecified launch failure.", PaddlePaddle/PaddleClas#397); its
+            # error 2 is memory
+            r"(?i:\bcuda error)\((?!2\))\d+\), ",
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
             # (round 35, tune32) ONNX Runtime's CUDA provider (cuda_call.cc CudaCall: "CUDNN
             # failure 8: CUDNN_STATUS_EXECUTION_FAILED ; GPU=0 ; ...",
@@ -1848,6 +1882,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ibverbs_comm_network.cpp:136] Check failed: cq_ : Invalid argument [22]", after
             # "libi40iw-i40iw_ucreate_cq: failed to create CQ"; Oneflow-Inc/libai#508)
             r"\bibverbs_comm_network\.cpp:\d+\] Check failed",
+            # (round 36, tune33) Caffe2's NCCL ops ("[enforce fail at cuda_nccl_gpu.cc:24]
+            # status == ncclSuccess. 2 vs 0.  Error at: ...: system error",
+            # facebookresearch/video-nonlocal-net#14), torch_xla's TPU mesh service
+            # ("mesh_service.cc:247 : Failed to meet rendezvous 'init': Socket closed (14)",
+            # pytorch/xla#1995) and HCCL's socket timeout (CANN EI0006: "Getting socket times
+            # out. Reason: Remote Rank did not send the data in time", hiyouga/LlamaFactory#5071)
+            r"status == ncclSuccess\. \d+ vs 0\b",
+            r"mesh_service\.cc:\d+ : Failed to meet rendezvous '",
+            r"Getting socket times out\. Reason: Remote Rank did not send the data in time",
         ),
     ),
     (
@@ -1880,6 +1923,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"server socket has failed to listen on any local network address",
             r"gloo/transport/\S+\.cc:\d+\] listen: Address already in use",
             r"error code: 10048",
+            # (round 36, tune33) torch < 1.9's TCPStore raising the bare strerror
+            # ("RuntimeError: Address already in use" under _env_rendezvous_handler;
+            # k2-fsa/snowfall#152): the same held port
+            r"RuntimeError: Address already in use[\s*`]*$",
+            # darknet's file_error() ("Couldn't open file: <path>", then exit): a data or cfg
+            # path that names nothing (AlexeyAB/darknet#3845, each line in backticks)
+            r"^[`'\"]?Couldn't open file: \S",
             # -- round 13: torch.utils.tensorboard's hparams() refusing a config value (a list,
             # None, a dict) when a tracker logs the run's configuration (accelerate
             # init_trackers, bghira/SimpleTuner#940): the job's own settings, retried in vain
@@ -2251,8 +2301,11 @@ _INLINE_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")  # c10d "[Rank 3]", 
 # Echoed source of a traceback frame: plain Python indents it 4 spaces under '  File "...",'
 # (3 are left when a prefix like "[default0]:" ate one); rich draws frames inside
 # "│ ... ❱ 12 │"; IPython prints "----> 12 code" and "     11 code". Real messages start at
-# column 0, or 2 for torchrun's failure table ("  exitcode  : -9").
-_ECHO = re.compile(r"(?: {3}|\t)|[ \t]*(?:File \"|[│❱╭╰┃]|-*>\s*\d+\s)")
+# column 0, or 2 for torchrun's failure table ("  exitcode  : -9"). (Round 36, tune33: IPython's
+# arrow always has its dashes; a Markdown quote of a line that starts with a number, "> 1508138445
+# INFO: src/caffe/solver.cpp : line 218 : Iteration 0 ..., loss = nan" in BVLC/caffe#5986, is
+# a message.)
+_ECHO = re.compile(r"(?: {3}|\t)|[ \t]*(?:File \"|[│❱╭╰┃]|-+>\s*\d+\s)")
 
 
 def _is_echoed_source(body: str) -> bool:

@@ -373,6 +373,15 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"get_fsdp_wrap_policy"),
         _CONFIG_EXC,
     ),
+    # (round 36, tune33) torch's distributed checkpoint loader (distributed/checkpoint/
+    # state_dict_loader.py, which only reads a saved checkpoint: "assert metadata is not
+    # None" in its local_step when the directory holds no .metadata; bghira/SimpleTuner#1880)
+    (
+        "checkpoint_error",
+        re.compile(r"/torch/distributed/checkpoint/state_dict_loader\.py$"),
+        None,
+        _CHECKPOINT_EXC,
+    ),
     # (round 27) Orbax (JAX's checkpointing): restoring or reading the metadata of a save
     # ("ValueError: cannot reshape array of size 2 into shape (1,64)" in type_handlers.py
     # _deserialize_sharding_from_json_string, a sharded save restored on another device
