@@ -580,7 +580,8 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # cudaMalloc outside the caching allocator (SlowFast#702), the driver API behind
             # expandable segments (unslothai/unsloth#2401), pre-1.0 THC (neural-motifs#58),
             # NCCL's "Cuda failure <code> '<cudaGetErrorString>'" format (NVIDIA/nccl#1410)
-            r"(?:CUDA|HIP) error: ?out of memory",  # (round 32: ROCm's hipified wording too)
+            # (round 32: ROCm's hipified wording too; round 31: Kaldi quotes the text, below)
+            r"(?:CUDA|HIP) error: ?'?out of memory",
             r"CUDA driver error: out of memory",
             r"cuda runtime error \(2\) : out of memory",
             r"Cuda failure (?:\d+ )?'out of memory'",
@@ -591,8 +592,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # AllocateNewRegion: KALDI_ERR << "Failed to allocate a memory region of " <<
             # region_size << " bytes.  Possibly this is due to sharing the GPU. ..." ending in
             # "CUDA error: '" << cudaGetErrorString(e) << "'"; kaldi-asr/kaldi#4255): the quoted
-            # runtime text, and the allocator's sentence if the paste cut its end
-            r"CUDA error: 'out of memory'",
+            # runtime text (above), and the allocator's sentence if the paste cut its end
             r"Failed to allocate a memory region of \d+ bytes\.\s+Possibly this is due to"
             r" sharing the GPU",
             # (round 32, tune29) Intel's TensorFlow plugin for its GPUs (ITEX) failing an
