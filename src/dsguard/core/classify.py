@@ -530,6 +530,20 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{a})" for a in alternatives))
 
 
+#: The rendezvous port a previous run or another job still holds: the job's environment, a
+#: user error (_RULES) whose verdict names the port (_hint). c10d's server socket, gloo's
+#: listen, Windows' WSAEADDRINUSE, and (round 36, tune33) torch < 1.9's TCPStore raising the
+#: bare strerror ("RuntimeError: Address already in use" under _env_rendezvous_handler;
+#: k2-fsa/snowfall#152).
+_PORT_HELD = (
+    r"server socket has failed to (?:bind|listen).*(?:Address already in use|errno: 98)",
+    r"server socket has failed to listen on any local network address",
+    r"gloo/transport/\S+\.cc:\d+\] listen: Address already in use",
+    r"error code: 10048",
+    r"RuntimeError: Address already in use[\s*`]*$",
+)
+
+
 #: A compiler building an op that ran out of memory: its own allocation failure (gcc's xmalloc
 #: "virtual memory exhausted: Cannot allocate memory", libiberty's "cc1plus: out of memory
 #: allocating N bytes after a total of M bytes", "LLVM ERROR: out of memory", GNU make's "***
@@ -1918,15 +1932,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"|parameter)|Got unexpected extra arguments?)\b",
             r"(?:^|: )\S+: command not found\s*$",
             r"can't open file .{1,300}?\[Errno 2\] No such file or directory",
-            # the port of a previous run still held (c10d server socket, Windows WSAEADDRINUSE)
-            r"server socket has failed to (?:bind|listen).*(?:Address already in use|errno: 98)",
-            r"server socket has failed to listen on any local network address",
-            r"gloo/transport/\S+\.cc:\d+\] listen: Address already in use",
-            r"error code: 10048",
-            # (round 36, tune33) torch < 1.9's TCPStore raising the bare strerror
-            # ("RuntimeError: Address already in use" under _env_rendezvous_handler;
-            # k2-fsa/snowfall#152): the same held port
-            r"RuntimeError: Address already in use[\s*`]*$",
+            *_PORT_HELD,
             # darknet's file_error() ("Couldn't open file: <path>", then exit): a data or cfg
             # path that names nothing (AlexeyAB/darknet#3845, each line in backticks)
             r"^[`'\"]?Couldn't open file: \S",
@@ -3053,8 +3059,7 @@ def _retry_helps(kind: FailureKind, lead: Sequence[Evidence]) -> bool:
 
 
 _ARGPARSE = re.compile(r"error: unrecognized arguments: (.+?)\s*$")
-# The rendezvous port held by another process (c10d's, gloo's, Windows' wording)
-_PORT_IN_USE = re.compile(r"Address already in use|errno: 98\b|error code: 10048")
+_PORT_IN_USE = _rx(*_PORT_HELD)
 
 
 def _hint(kind: FailureKind, lead: Sequence[Evidence]) -> str | None:
