@@ -297,8 +297,12 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune33": (0.931, 3),
     # tune34 (25 logs gathered as heldout35 in round 36 by two helpers that never read the
     # rules; the rules were frozen at a94ff21 before the set was merged or read): 18/25 = 72.0%
-    # (unknown 20.0%), scored once, its record as a held-out set; a tuning set since round 37.
-    "tune34": (0.72, 5),
+    # (unknown 20.0%), scored once, its record as a held-out set; a tuning set since round 37,
+    # whose rules took it to 24/25. The one left: Flax's "ScopeParamShapeError: Inconsistent
+    # shapes between value and initializer" on a restored checkpoint, read as the script's
+    # error: Flax raises it for any params that do not fit the module, an input of another
+    # width at apply() as well as a checkpoint of another model.
+    "tune34": (0.96, 0),
 }
 
 

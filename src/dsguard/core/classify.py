@@ -491,6 +491,10 @@ _TRIGGERS: tuple[str, ...] = (
     "annot copy param",  # Caffe's restore of a layer of another shape
     "etting socket times out",  # HCCL's EI0006
     "ouldn't open file: ",  # darknet's file_error
+    # -- round 37 (tune34): each shares its first character with a trigger above
+    "socketStartConnect: Connect to ",  # NCCL's socket layer, its WARN text pasted alone
+    "Fail to install deepspeed",  # DeepSpeed's install.sh failing
+    "api_key not configured",  # wandb's login refused without a terminal, "wandb: ERROR ..."
 )
 
 
@@ -653,6 +657,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # PaddlePaddle/Paddle#8992)
             r"cudaSuccess \(2 vs\. 0\)|\bErrStr:out of memory",
             r"enforce allocating <= available failed",
+            # (round 37, tune34) TF 1.x's Eigen allocator for a GPU kernel's scratch space
+            # (common_runtime/gpu/gpu_device.cc: ResourceExhausted("Ran out of GPU memory when
+            # allocating ", num_bytes, " bytes for ", operation), or LOG(FATAL) "EigenAllocator
+            # for GPU ran out of memory when allocating N"; Kyubyong/transformer#77). Not "0
+            # bytes": TF printed that for an empty tensor, an op's fault, not the memory's
+            r"Ran out of GPU memory when allocating [1-9]\d* bytes",
+            r"EigenAllocator for GPU ran out of memory when allocating [1-9]",
             # -- issue 12, round 6: device-memory exhaustion in the other frameworks and
             # runtimes users train with. XLA (JAX, TF-XLA): "RESOURCE_EXHAUSTED: Out of memory
             # while trying to allocate 33762398024 bytes.", "Resource exhausted: Failed to
@@ -1000,6 +1011,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # in the lines pip folds above (often cut from a paste)
             r"(?:Building wheel|Running setup\.py install) for deepspeed\b[^\n]*\.\.\. error",
             r"Failed (?:to build|building wheel for) deepspeed\b",
+            # (round 37, tune34) DeepSpeed's own install.sh, whose ERR trap prints "Error on
+            # line N" then "Fail to install deepspeed" (deepspeedai/DeepSpeed#950: setup.py's
+            # "error: can't copy 'deepspeed/ops/csrc'" above it on AArch64)
+            r"^Fail to install deepspeed\s*$",
             r"No such file or directory: '[^']*/bin/nvcc'",
             r"nvcc: (?:command )?not found",
             r"The detected CUDA version \([^)]*\) mismatches the version that was used to "
@@ -1905,6 +1920,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"status == ncclSuccess\. \d+ vs 0\b",
             r"mesh_service\.cc:\d+ : Failed to meet rendezvous '",
             r"Getting socket times out\. Reason: Remote Rank did not send the data in time",
+            # (round 37, tune34) XLA's NCCL calls (JAX, TF-XLA) failing: "NCCL operation
+            # ncclCommInitRank(&comm, nranks, id, rank) failed: internal error - please report
+            # this issue to the NCCL developers. Last NCCL warning(error) log entry (may be
+            # unrelated) '...'" (xla/service/gpu/nccl_utils.h XLA_NCCL_STATUS;
+            # LargeWorldModel/LWM#42), and that ncclInternalError text wherever it is quoted
+            r"\bNCCL operation nccl\w+\(.*\) failed: ",
+            r"internal error - please report this issue to the NCCL developers",
+            # ... and NCCL's socket layer refused at connect, its WARN text pasted alone
+            # (misc/socket.cc socketStartConnect: "Connect to %s failed : %s", strerror, then
+            # ncclSystemError; NVIDIA/nccl#1515's "Software caused connection abort")
+            r"socketStartConnect: Connect to \S+ failed : ",
         ),
     ),
     (
@@ -1936,6 +1962,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # darknet's file_error() ("Couldn't open file: <path>", then exit): a data or cfg
             # path that names nothing (AlexeyAB/darknet#3845, each line in backticks)
             r"^[`'\"]?Couldn't open file: \S",
+            # (round 37, tune34) wandb refusing to start without an API key where it cannot
+            # prompt ("wandb: ERROR api_key not configured (no-tty). call
+            # wandb.login(key=[your_api_key])", then wandb.errors.UsageError; wandb/sdk's
+            # wandb_login.py, OptimalScale/LMFlow#57, isl-org/ZoeDepth#112): the job's
+            # environment (WANDB_API_KEY, WANDB_MODE=offline, report_to), retried in vain
+            r"\bapi_key not configured \(no-tty\)",
             # -- round 13: torch.utils.tensorboard's hparams() refusing a config value (a list,
             # None, a dict) when a tracker logs the run's configuration (accelerate
             # init_trackers, bghira/SimpleTuner#940): the job's own settings, retried in vain
