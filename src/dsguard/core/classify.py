@@ -495,6 +495,12 @@ _TRIGGERS: tuple[str, ...] = (
     "socketStartConnect: Connect to ",  # NCCL's socket layer, its WARN text pasted alone
     "Fail to install deepspeed",  # DeepSpeed's install.sh failing
     "api_key not configured",  # wandb's login refused without a terminal, "wandb: ERROR ..."
+    # -- round 38 (tune35): each shares its first character with a trigger above
+    "Tried to allocate ",  # torch's CUDA OOM text pasted without its first words
+    "StartAbort Unavailable",  # TF's collective executor aborting on a lost peer
+    "with Unavailable: ",  # ... and its ring algorithm, "Aborting RingReduce with ..."
+    "FORCE_TORCHRUN=1` to launch DeepSpeed",  # LLaMA-Factory's launch check
+    "cannot open shared object file",  # a JIT-built op's library missing, logged as "ERROR:"
 )
 
 
@@ -634,6 +640,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"CUDNN_STATUS_ALLOC_FAILED",
             # accelerate utils/memory.py: auto_find_batch_size halved down to zero on OOMs
             r"No executable batch size found, reached zero",
+            # (round 38, tune35) torch's caching-allocator message pasted without its first
+            # words, "CUDA out of memory." (c10/cuda/CUDACachingAllocator.cpp: "Tried to
+            # allocate 216.00 MiB (GPU 0; 7.92 GiB total capacity; ...", torch 2.1+: "Tried to
+            # allocate 20.00 MiB. GPU 0 has a total capacity of 79.15 GiB of which ...";
+            # LISTatSNU/FastMRI_challenge#238): only the CUDA device's wording (MPS says "on
+            # private pool")
+            r"Tried to allocate [\d.]+ [KMGT]?i?B(?: \(GPU \d+; [\d.]+ [KMGT]i?B total capacity"
+            r"|\. GPU \d+ has a total capacity of )",
             r"Out of memory error on GPU \d+",  # Paddle's ResourceExhaustedError
             # fairseq trainer.py: a caught OOM it could not get past if the run then died
             r"attempting to recover from OOM",
@@ -975,6 +989,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"ninja: build stopped: subcommand failed",
             r"Command '\['ninja', '-v'[^\]]*\]' returned non-zero exit status",  # also "-j", "N"
             r"Ninja is required to load C\+\+ extensions",
+            # (round 38, tune35) a JIT-built op whose library is not in torch's extensions cache
+            # when it is loaded: its build failed or was cut short ("/home/u/.cache/
+            # torch_extensions/py313_cu128/evoformer_attn/evoformer_attn.so: cannot open shared
+            # object file: No such file or directory", DeepSpeed's DS4Sci EvoformerAttention
+            # under OpenFold; aqlaboratory/openfold-3#17)
+            r"/torch_extensions/\S+\.so: cannot open shared object file",
             # (round 23: also an edge whose name the paste cut before its ".o", a path
             # ("FAILED: /w/Deformable-DETR/models/ops/build/temp.linux-x86_64-3.7/home1/...",
             # fundamentalvision/Deformable-DETR#10), and Windows' ".obj"; not pytest's
@@ -1157,6 +1177,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # trainer_utils.py FSDPOption, an ExplicitEnum: "ValueError: fsdp2 is not a valid
             # FSDPOption, please select one of ['full_shard', ...]"; modelscope/ms-swift#7309)
             r"\bis not a valid FSDPOption\b",
+            # (round 38, tune35) LLaMA-Factory's argument check: a DeepSpeed config given to a
+            # run that is not distributed (hparams/parser.py: "Please use `FORCE_TORCHRUN=1` to
+            # launch DeepSpeed training."; hiyouga/LlamaFactory#6268)
+            r"Please use `?FORCE_TORCHRUN=1`? to launch DeepSpeed training",
             # (round 30) transformers' from_pretrained under a ZeRO-3 config (modeling_utils.py:
             # "DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing
             # a `device_map`."), also pasted without its ValueError (OptimalScale/LMFlow#620)
@@ -1568,6 +1592,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # verl-project/verl#3163)
             r"HIP error:",
             r"CUDA driver error:",
+            # (round 38, tune35) FlashInfer's FLASHINFER_CUDA_CALL (include/flashinfer/utils.cuh:
+            # std::cerr << "CUDA Error: " << cudaGetErrorString(e) << " (" << e << ") " <<
+            # __FILE__ << ": line " << __LINE__ << " at function " ..., as in "CUDA Error:
+            # misaligned address (716) .../prefill.cuh: line 1918 at function cudaLaunchKernel
+            # (...)", efeslab/Nanoflow#23); its out of memory (2) is a device OOM, above
+            r"\bCUDA Error: [^(\n]+ \((?!2\))\d+\) .*: line \d+ at function ",
             r"cuda runtime error \(\d+\)",
             # (round 24) ... and any other error through Kaldi's CU_SAFE_CALL ("ERROR
             # (nnet3-train[5.4]:CopyToVec():cu-vector.cc:899) cudaError_t 4 : \"unspecified
@@ -1799,7 +1829,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"NCCL communicator was aborted",
             r"Some NCCL operations have failed or timed out",
             r"watchdog thread terminated with exception",
-            r"Dist(?:Backend|Network|Store)Error",
+            # (round 38, tune35: not c10d's server socket on a held port, which raises a
+            # DistNetworkError too, "... failed to bind to [::]:29500 (errno: 98 - Address
+            # already in use)": the job's environment, a user error; meta-pytorch/torchtune#392)
+            r"Dist(?:Backend|Network|Store)Error(?!.*(?:" + "|".join(_PORT_HELD) + "))",
             # NCCL's own WARN lines come with its errors (bootstrap, sockets, proxy), c10d's
             # rendezvous socket that never connects, DeepSpeed's runner ssh check of the hosts
             # (round 31: not "misc/ibvwrap.cu:63 NCCL WARN Failed to open libibverbs.so[.1]",
@@ -1920,6 +1953,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"status == ncclSuccess\. \d+ vs 0\b",
             r"mesh_service\.cc:\d+ : Failed to meet rendezvous '",
             r"Getting socket times out\. Reason: Remote Rank did not send the data in time",
+            # (round 38, tune35) TensorFlow's collectives (CollectiveAllReduceStrategy) losing
+            # a peer: the ring algorithm's "Aborting RingReduce with Unavailable: Socket
+            # closed" and the executor's "BaseCollectiveExecutor::StartAbort Unavailable: ..."
+            # (common_runtime/ring_alg.cc, base_collective_executor.cc; mlcommons/training#272).
+            # Only Unavailable: StartAbort also reports an input pipeline's end ("Out of range:
+            # End of sequence", harmless) and any op's error ("Invalid argument: ...")
+            r"\bAborting \w+ with Unavailable: ",
+            r"\bStartAbort Unavailable: ",
             # (round 37, tune34) XLA's NCCL calls (JAX, TF-XLA) failing: "NCCL operation
             # ncclCommInitRank(&comm, nranks, id, rank) failed: internal error - please report
             # this issue to the NCCL developers. Last NCCL warning(error) log entry (may be
@@ -2051,8 +2092,8 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # enable tf.function ..." then "killed")
     (
         re.compile(
-            r"(?:^|[\]|>%\d]|\ds)[\s*]*(?:[Kk]illed(?:: 9)?|Getötet|Убито|Processus arrêté)"
-            r"[\s*.]*$"
+            r"(?:^|[\]|>%\d]|\ds)[\s*`]*(?:[Kk]illed(?:: 9)?|Getötet|Убито|Processus arrêté)"
+            r"[\s*.`]*$"
         ),
         9,
     ),
@@ -2324,6 +2365,9 @@ _EOL = re.compile(r"[\r\n]")
 _PREFIX = re.compile(
     r"\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:"  # mpirun --tag-output: "[1,3]<stderr>:"
     r"|\[[A-Za-z_][\w-]*?(?P<role>\d+)\]: ?"  # torch "[rank3]: ", torchrun --tee "[default3]:"
+    # (round 38, tune35) torch's "[rankN]: " as a reporter wrote it for every rank, its number
+    # replaced ("[rankx]: ValueError: ...", OpenRLHF/OpenRLHF#613): a rank prefix, rank unknown
+    r"|(?P<anyrank>\[rank(?:[xXN*]|\{\w*\})\]: ?)"
     r"|(?P<num>\d{1,6}): "  # srun --label / launcher "3: "
     r"|(?P<host>[A-Za-z0-9][\w.-]*): "  # pdsh "worker-1: " (a host, not a rank)
 )
@@ -2363,7 +2407,7 @@ def _split_prefix(line: str) -> tuple[int | None, str]:
         if host is not None:
             if _HOST_LIKE.fullmatch(host) is None:
                 break
-        else:
+        elif m.group("anyrank") is None:
             rank = int(m.group("mpi") or m.group("role") or m.group("num"))
         pos = m.end()
     return rank, line[pos:]
