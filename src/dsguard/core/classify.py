@@ -501,6 +501,9 @@ _TRIGGERS: tuple[str, ...] = (
     "with Unavailable: ",  # ... and its ring algorithm, "Aborting RingReduce with ..."
     "FORCE_TORCHRUN=1` to launch DeepSpeed",  # LLaMA-Factory's launch check
     "cannot open shared object file",  # a JIT-built op's library missing, logged as "ERROR:"
+    # -- round 39 (tune36): each shares its first character with a trigger above
+    "Not enough free disk space to download",  # huggingface_hub's warning before a download
+    "checkpoint_dir '",  # litgpt's check of a checkpoint directory
 )
 
 
@@ -705,7 +708,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\b(?:MPS backend|XPU|NPU) out of memory",
             r"cudaMalloc(?: retry)? failed: out of memory",
             r"cudaSuccess \(2 vs\. 0\)\s+out of memory",
-            r"\bCUDA Error: out of memory",
+            # (round 39, tune36: in any case, as vLLM's sleep-mode allocator prints it, "CUDA
+            # Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", and as a reporter
+            # retyped it, "Cuda error: ..."; TideDra/lmm-r1#42)
+            r"\b(?i:cuda error): out of memory\b",
             r"hipErrorOutOfMemory",
             r"\bCUDA failure 2: out of memory",
             r"(?<!from device: )CUDA_ERROR_OUT_OF_MEMORY",
@@ -972,6 +978,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # usable temporary directory found in ['/tmp', '/var/tmp', ...]"): every candidate
             # refused the write, a full /tmp above all (capreolus-ir/capreolus#154)
             r"No usable temporary directory found in \[",
+            # (round 39, tune36) huggingface_hub's check before a download (file_download.py
+            # _check_disk_space: "UserWarning: Not enough free disk space to download the file.
+            # The expected file size is: 1611.40 MB. The target location ... only has 0.00 MB
+            # free disk space."): warned only when the file cannot fit (xai-org/grok-1#263)
+            r"Not enough free disk space to download the file\. The expected file size is",
             # (round 36, tune33) Caffe writing a snapshot (util/io.cpp WriteProtoToBinaryFile:
             # "Check failed: proto.SerializeToOstream(&output)", under Solver::Snapshot): the
             # stream refused the write, a full disk as the corpus reads PytorchStreamWriter's
@@ -1611,7 +1622,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 26) ... and Paddle 1.x-2.1's older wording of it ("OSError: (External)
             # Cudnn error, CUDNN_STATUS_EXECUTION_FAILED  (at .../conv_cudnn_op.cu:731)",
             # PaddlePaddle/Paddle#35039; 1.x: "ExternalError:  Cudnn error, CUDNN_STATUS_...")
-            r"(?:cuDNN error: |(?:RuntimeError|CuDNNError): (?:\d+: )?"
+            # (round 39, tune36: Paddle 1.x's enforce raising the status itself,
+            # "paddle.fluid.core.EnforceNotMet: CUDNN_STATUS_EXECUTION_FAILED at [.../
+            # conv_cudnn_op.cu.cc:230]", PaddlePaddle/Paddle#15140)
+            r"(?:cuDNN error: |(?:RuntimeError|CuDNNError|EnforceNotMet): (?:\d+: )?"
             r"|(?:\(External\)|ExternalError:)\s+(?i:cudnn) error(?:\(\d+\))?,\s*)CUDNN_STATUS_",
             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # kernel assert
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
@@ -2003,6 +2017,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # darknet's file_error() ("Couldn't open file: <path>", then exit): a data or cfg
             # path that names nothing (AlexeyAB/darknet#3845, each line in backticks)
             r"^[`'\"]?Couldn't open file: \S",
+            # (round 39, tune36) litgpt's check of --checkpoint_dir before it loads anything
+            # (utils.py check_valid_checkpoint_dir: "checkpoint_dir '<path>' is missing the
+            # files: ['model_config.yaml']." or "... is not a checkpoint directory.", then
+            # SystemExit(1); Lightning-AI/litgpt#1352): a path the job names, retried in vain
+            r"\bcheckpoint_dir '[^']*' (?:is missing the files: \[|is not a checkpoint directory)",
             # (round 37, tune34) wandb refusing to start without an API key where it cannot
             # prompt ("wandb: ERROR api_key not configured (no-tty). call
             # wandb.login(key=[your_api_key])", then wandb.errors.UsageError; wandb/sdk's
