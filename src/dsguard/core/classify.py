@@ -504,6 +504,9 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 39 (tune36): each shares its first character with a trigger above
     "Not enough free disk space to download",  # huggingface_hub's warning before a download
     "checkpoint_dir '",  # litgpt's check of a checkpoint directory
+    # -- round 40 (tune37): each shares its first character with a trigger above
+    "The user-provided time limit for job execution",  # Open MPI's --timeout abort
+    "results in CUDA_ERROR_",  # numba's driver call failing, pasted without its exception
 )
 
 
@@ -1704,6 +1707,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # that print a number, not "CUDA error:": Caffe's glog CHECK ("Check failed: error
             # == cudaSuccess (74 vs. 0)  misaligned address") and pre-1.0 torch's THC
             # ("THCudaCheck FAIL file=... line=84 error=74 : misaligned address")
+            # (round 40, tune37: any driver error but out-of-memory as numba's driver wrapper
+            # reports a call, "numba.cuda.cudadrv.driver.CudaAPIError: [1] Call to
+            # cuLaunchKernel results in CUDA_ERROR_INVALID_VALUE", as under NeMo's RNN-T loss;
+            # NVIDIA-NeMo/Speech#4882; a code its table lacks is "UNKNOWN_CUDA_ERROR")
+            r"\bCall to cu\w+ results in (?:CUDA_ERROR_(?!OUT_OF_MEMORY)[A-Z_]+"
+            r"|UNKNOWN_CUDA_ERROR)",
             r"CUDA_ERROR_(?:ILLEGAL_ADDRESS|MISALIGNED_ADDRESS|LAUNCH_FAILED|ILLEGAL_INSTRUCTION"
             r"|HARDWARE_STACK_ERROR|ECC_UNCORRECTABLE|ASSERT)\b",
             r"cudaError(?:IllegalAddress|MisalignedAddress|LaunchFailure|IllegalInstruction"
@@ -1777,6 +1786,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r" from PID \d+",
             r"FatalError: `Termination signal` is detected by the operating system",
             r"\bSpot [Ii]nstance (?:interruption|termination) notice\b",  # AWS
+            # (round 40, tune37) Open MPI's (PRRTE's) own limit on the job's run time,
+            # MPIEXEC_TIMEOUT or --timeout ("The user-provided time limit for job execution
+            # has been reached: ... The job will now be aborted."; IBM/powerai#141, ddlrun over
+            # mpirun at 954 nodes): the launcher ends the job, the training did not fail
+            r"The user-provided time limit for job execution has(?: been)?\s*$"
+            r"|The user-provided time limit for job execution has been reached",
             # (round 7) a grid's own wall-clock kill in words (CMS CRAB's HTCondor post-job:
             # "Not retrying job due to wall clock limit (job automatically killed on the worker
             # node)")
@@ -1830,6 +1845,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # host's (github.com, a gitlab, a "github-mirror"), which is a clone or a pip
             # install over ssh
             r"ssh: Could not resolve hostname (?![^\s:]*(?:git|bitbucket))\S+: ",
+            # (round 40, tune37) ... and c10d's/gloo's own resolver failing on the master's name
+            # (Utils.cpp: throw std::invalid_argument("host not found: " + gai_strerror(err)),
+            # raised as "ValueError: host not found: Name or service not known" from TCPStore
+            # under the env:// rendezvous; kubeflow/pytorch-operator#125, a worker pod up before
+            # its master's service)
+            r"\bhost not found: (?:Name or service not known|Temporary failure in name resolution"
+            r"|No address associated with hostname|Name does not resolve)",
             # (round 10) ... and DeepSpeed's runner checking its hosts itself (runner.py:
             # "subprocess.CalledProcessError: Command '['ssh worker-0 hostname -I']' returned
             # non-zero exit status 255."), DeepSpeed#4649
