@@ -507,6 +507,9 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 40 (tune37): each shares its first character with a trigger above
     "The user-provided time limit for job execution",  # Open MPI's --timeout abort
     "results in CUDA_ERROR_",  # numba's driver call failing, pasted without its exception
+    # -- round 41 (tune38): each shares its first character with a trigger above
+    "The file might be corrupted",  # torch.load's short read, logged as "[CRITICAL] ..."
+    "e GPU detected : rank",  # NCCL's "Duplicate GPU detected", as "Last error:" reprints it
 )
 
 
@@ -558,6 +561,12 @@ _PORT_HELD = (
     r"error code: 10048",
     r"RuntimeError: Address already in use[\s*`]*$",
 )
+
+
+#: (round 41) NCCL's own report of two ranks on one GPU: a user error whose NCCL failure
+#: ("invalid usage", ncclInvalidUsage, a DistBackendError) is its consequence.
+_DUPLICATE_GPU = r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device"
+_DUPLICATE_GPU_RX = re.compile(_DUPLICATE_GPU)
 
 
 #: A compiler building an op that ran out of memory: its own allocation failure (gcc's xmalloc
@@ -677,6 +686,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # PaddlePaddle/Paddle#8992)
             r"cudaSuccess \(2 vs\. 0\)|\bErrStr:out of memory",
             r"enforce allocating <= available failed",
+            # (round 41, tune38) TF's TF_CHECK_OK on a GPU kernel launch the device had no
+            # memory for ("Non-OK-status: GpuLaunchKernel(FillPhiloxRandomKernelLaunch<...>,
+            # ...) status: Internal: out of memory"; kubeflow/trainer#1158, 2 GB cards)
+            r"Non-OK-status: GpuLaunchKernel\b.*status: (?:Internal|INTERNAL): out of memory",
             # (round 37, tune34) TF 1.x's Eigen allocator for a GPU kernel's scratch space
             # (common_runtime/gpu/gpu_device.cc: ResourceExhausted("Ran out of GPU memory when
             # allocating ", num_bytes, " bytes for ", operation), or LOG(FATAL) "EigenAllocator
@@ -1338,6 +1351,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # checkpoint lacks a key the model has ("RuntimeError: Missing key in checkpoint
             # state_dict: model.layers.0.attention.wq.weight.", pytorch/torchtitan#961)
             r"Missing key in checkpoint state_dict: ",
+            # (round 41, tune38) ... and its filesystem reader finding a saved shard of another
+            # shape (distributed/checkpoint/filesystem.py read_data: "AssertionError: req
+            # MetadataIndex(fqn='model.embed_tokens.weight', ...) mismatch sizes torch.Size(
+            # [1571]) vs torch.Size([1571, 3072])"; Lightning-AI/pytorch-lightning#20373)
+            r"\breq MetadataIndex\(fqn=.*\) mismatch sizes ",
             r"size mismatch for \S+: copying a param with shape",  # its indented detail
             r"^\s*size mismatch for\s*$",  # (round 9) ... wrapped after "for" by a paste
             r"(?:Missing|Unexpected) key\(s\) in state_dict",
@@ -1593,6 +1611,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ("Monitored metric val_loss = nan is not finite. Previous best value was inf.
             # Signaling Trainer to stop.")
             r"Monitored metric \S+ = (?:nan|-?inf) is not finite",
+            # (round 41, tune38) the pytracking-style trackers' actor (OSTrack, MixFormer,
+            # FocusTrack...: raise ValueError("Network outputs is NAN! Stop Training") when the
+            # predicted boxes are not finite; vero1925/FocusTrack#1)
+            r"Network outputs is NAN! Stop Training",
         ),
     ),
     (
@@ -1875,7 +1897,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the InfiniBand library absent on a machine that then talks over sockets, printed
             # at each healthy start-up there; the last lines of pytorch/pytorch#22531's hang)
             r"NCCL WARN (?!.*(?:No plugin found|Could not find|Cuda failure 'out of memory'"
-            r"|Failed to open libibverbs))",
+            r"|Failed to open libibverbs|Duplicate GPU detected))",
             # (round 17) NCCL misc/shmutils.cc's WARN text pasted without its "NCCL WARN"
             # prefix: the shared-memory transport's segment under /dev/shm could not be made
             # (a container's 64 MB /dev/shm; WangRongsheng/XrayGLM#83). NCCL's own segment,
@@ -2008,6 +2030,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (misc/socket.cc socketStartConnect: "Connect to %s failed : %s", strerror, then
             # ncclSystemError; NVIDIA/nccl#1515's "Software caused connection abort")
             r"socketStartConnect: Connect to \S+ failed : ",
+            # (round 41, tune38) Horovod's NCCLContext::ErrorCheck ("HorovodInternalError:
+            # ncclAllReduce failed: unhandled cuda error", std::string(op_name) + " failed: " +
+            # ncclGetErrorString; horovod/horovod#1171, cut there by the paste)
+            r"\bnccl[A-Z]\w* failed: (?:unhandled|internal|invalid|remote|system)",
         ),
     ),
     (
@@ -2039,6 +2065,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # darknet's file_error() ("Couldn't open file: <path>", then exit): a data or cfg
             # path that names nothing (AlexeyAB/darknet#3845, each line in backticks)
             r"^[`'\"]?Couldn't open file: \S",
+            # (round 41, tune38) NCCL's init finding two ranks of the job on one GPU (init.cc:
+            # WARN("Duplicate GPU detected : rank %d and rank %d both on CUDA device %lx"), then
+            # ncclInvalidUsage; clessig/atmorep#77, huggingface/accelerate#2246): the launch maps
+            # ranks to devices wrongly (LOCAL_RANK unused, CUDA_VISIBLE_DEVICES, a machine rank
+            # given twice), so NCCL's failure that follows is its consequence (_present_kinds)
+            # and an unchanged retry meets it again
+            _DUPLICATE_GPU,
             # (round 39, tune36) litgpt's check of --checkpoint_dir before it loads anything
             # (utils.py check_valid_checkpoint_dir: "checkpoint_dir '<path>' is missing the
             # files: ['model_config.yaml']." or "... is not a checkpoint directory.", then
@@ -3119,6 +3152,11 @@ def _present_kinds(
         for kind, evs in by_kind.items()
         if kind in _RANK_OF and any(not ev.weak and not ev.sigkill for ev in evs)
     }
+    user = by_kind.get(FailureKind.USER_CODE_ERROR, ())
+    if any(_DUPLICATE_GPU_RX.search(ev.text) for ev in user):
+        # (round 41) NCCL's "invalid usage" after it found two ranks on one GPU is the launch's
+        # fault, not the network's: its communication-failure lines do not outrank it
+        strong.discard(FailureKind.NCCL_ERROR)
     if not strong - {FailureKind.USER_CODE_ERROR, FailureKind.KILLED_EXTERNALLY}:
         # Noise explains the death only when nothing specific does. A weak OOM (only prose
         # says so: _PROSE_RULES) not even over the script's own exception: no user error is
@@ -3189,6 +3227,12 @@ def _hint(kind: FailureKind, lead: Sequence[Evidence]) -> str | None:
         return (
             "another process holds the rendezvous port (another job, or a run left over): "
             "end it, or give the launcher a free master port"
+        )
+    if any(_DUPLICATE_GPU_RX.search(ev.text) for ev in lead):
+        # (round 41) the launch put two ranks on one device: a retry lands them there again
+        return (
+            "two ranks of the job are on one GPU: give each rank its own device (the launcher's "
+            "LOCAL_RANK and torch.cuda.set_device, CUDA_VISIBLE_DEVICES, each node's machine rank)"
         )
     for ev in lead:
         m = _ARGPARSE.search(ev.text)
