@@ -510,6 +510,8 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 41 (tune38): each shares its first character with a trigger above
     "The file might be corrupted",  # torch.load's short read, logged as "[CRITICAL] ..."
     "e GPU detected : rank",  # NCCL's "Duplicate GPU detected", as "Last error:" reprints it
+    # -- round 44 (tune41): shares its first character with a trigger above
+    "ooled_storage_manager.h:",  # MXNet's GPU pool, "Memory allocation failed."
 )
 
 
@@ -686,6 +688,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # PaddlePaddle/Paddle#8992)
             r"cudaSuccess \(2 vs\. 0\)|\bErrStr:out of memory",
             r"enforce allocating <= available failed",
+            # (round 44, tune41) MXNet 0.x's GPU memory pool (src/storage/pooled_storage_manager.h,
+            # GPUPooledStorageManager::Alloc: LOG(FATAL) << "Memory allocation failed." once
+            # cudaMalloc fails after the pool is released; apache/mxnet#2913)
+            r"pooled_storage_manager\.h:\d+: Memory allocation failed",
             # (round 41, tune38) TF's TF_CHECK_OK on a GPU kernel launch the device had no
             # memory for ("Non-OK-status: GpuLaunchKernel(FillPhiloxRandomKernelLaunch<...>,
             # ...) status: Internal: out of memory"; kubeflow/trainer#1158, 2 GB cards)
@@ -803,6 +809,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # memory remedies (fewer workers, no pinning) are the ones that help.
             r"insufficient shared memory \(shm\)",
             r"is killed by signal: Bus error",
+            # (round 44, tune41) ... and what torch adds for a SIGBUS (csrc/DataLoader.cpp:
+            # "It is possible that dataloader's workers are out of shared memory. Please try to
+            # raise your shared memory limit."), as a reporter wrapped it onto its own line
+            # (mittagessen/kraken#699)
+            r"It is possible that dataloader's workers are out of shared memory",
             r"unable to write to file </torch_",
             r"unable to open shared memory object",
             # (round 19) Paddle's DataLoader worker failing to map its /dev/shm segment
@@ -1615,6 +1626,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # FocusTrack...: raise ValueError("Network outputs is NAN! Stop Training") when the
             # predicted boxes are not finite; vero1925/FocusTrack#1)
             r"Network outputs is NAN! Stop Training",
+            # (round 44, tune41) Paddle's FLAGS_check_nan_inf asserting on an op's output
+            # (framework/details/nan_inf_utils_detail.cu: "Assertion `false` failed. ===ERROR:
+            # in [op=divide] [tensor=] find nan or inf==="), ahead of the launch failure the
+            # device-side assert leaves (PaddlePaddle/Paddle#57955)
+            r"\bfind nan or inf===",
         ),
     ),
     (
@@ -1896,8 +1912,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 31: not "misc/ibvwrap.cu:63 NCCL WARN Failed to open libibverbs.so[.1]",
             # the InfiniBand library absent on a machine that then talks over sockets, printed
             # at each healthy start-up there; the last lines of pytorch/pytorch#22531's hang)
+            # (round 44, tune41: nor an InfiniBand async event that reports no fault, "NET/IB :
+            # Got async event : client reregistration" as a subnet manager re-registers the
+            # port, printed by healthy runs, also cut mid-word by a paste;
+            # deepspeedai/DeepSpeedExamples#310 hung after it)
             r"NCCL WARN (?!.*(?:No plugin found|Could not find|Cuda failure 'out of memory'"
-            r"|Failed to open libibverbs|Duplicate GPU detected))",
+            r"|Failed to open libibverbs|Duplicate GPU detected|Got async event : (?:client "
+            r"rereg|port active|LID change|P_Key change|SM change|GID table change)))",
             # (round 17) NCCL misc/shmutils.cc's WARN text pasted without its "NCCL WARN"
             # prefix: the shared-memory transport's segment under /dev/shm could not be made
             # (a container's 64 MB /dev/shm; WangRongsheng/XrayGLM#83). NCCL's own segment,
@@ -2034,6 +2055,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ncclAllReduce failed: unhandled cuda error", std::string(op_name) + " failed: " +
             # ncclGetErrorString; horovod/horovod#1171, cut there by the paste)
             r"\bnccl[A-Z]\w* failed: (?:unhandled|internal|invalid|remote|system)",
+            # (round 44, tune41) rdma-core's mlx5 provider dumping an error completion ("mlx5:
+            # host_unknown: got completion with error:", then the CQE in hex) under NCCL's IB
+            # transport (OpenRLHF/OpenRLHF#621, a weight broadcast between nodes), and c10d's
+            # watchdog exception by its source location when its message is cut ("Exception
+            # raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:
+            # 618", Lightning-AI/litgpt#1832)
+            r"\bmlx5: \S+: got completion with error\b",
+            r"Exception raised from checkTimeout at \S*ProcessGroupNCCL\.cpp",
         ),
     ),
     (
@@ -2420,6 +2449,11 @@ _CODE_LIKE = re.compile(
     r"|[A-Za-z_][\w.\[\]'\"]*\s*(?:[-+*/%|&]?=|\()"
 )
 _TRACEBACK = "Traceback (most recent call last)"
+# (round 44, tune41) JAX's unfiltered traceback (traceback_util.py, JAX_TRACEBACK_FILTERING=off
+# or a re-raise): "jax._src.traceback_util.UnfilteredStackTrace: jax._src.errors.
+# ConcretizationTypeError: Abstract tracer value ..." (danijar/dreamerv3#5): the wrapper's name,
+# then the exception it wraps, which is what the line says
+_JAX_UNFILTERED = re.compile(r"(?:jax\._src\.traceback_util\.)?UnfilteredStackTrace: ")
 # torch elastic's error file / error_handler report, printed as indented JSON: its "message"
 # value is the child's exception ("message": "RendezvousConnectionError: The connection to
 # the C10d store has failed. ..."), a message although it is indented and starts with a quote.
@@ -2866,6 +2900,8 @@ class StreamClassifier:
                     )
                 return None
             body = stripped
+        if (m := _JAX_UNFILTERED.match(body)) is not None:
+            body = body[m.end() :]  # the exception JAX wrapped follows (round 44)
         return self._judge(rank, body, line, line_no, after_frame=after_frame)
 
     def _judge(

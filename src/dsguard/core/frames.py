@@ -590,6 +590,16 @@ _CLOSED: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
         re.compile(r"/accelerate/utils/dataclasses\.py$"),
         re.compile(r"set_auto_wrap_policy"),
     ),
+    # (round 44, tune41) mmcv's and mmengine's checkpoint loaders (runner/checkpoint.py:
+    # load_checkpoint, _load_checkpoint and the load_from_* readers it dispatches to by the
+    # path's scheme), which only find, read and match a saved model: a traceback cut inside
+    # them, as a Jupyter paste of "EOFError  Traceback (most recent call last)" whose last
+    # line is gone (open-mmlab/mmdetection#8204, cfg.load_from), is the checkpoint failing
+    (
+        "checkpoint_error",
+        re.compile(r"/mm(?:cv|engine)/runner/checkpoint\.py$"),
+        re.compile(r"_?load_checkpoint|load_from_\w+"),
+    ),
     # (issue 12, round 5) DeepSpeed's model-parallel checkpoint loader: every assert there is
     # about the checkpoint files found ("assert len(self.ckpt_list) > 0" when none match,
     # world-size divisibility, missing keys; DeepSpeed PR #1322)
