@@ -37,12 +37,19 @@ def _stream(text: str, chunk: int = 97) -> tuple[StreamClassifier, list[int]]:
     return sc, fatal
 
 
+#: Cases whose kind a later labelling decision changed; the captured record keeps what the run
+#: expected then. Issue 12, round 41: NCCL's "Duplicate GPU detected" (here the script's own
+#: ``torch.cuda.set_device(0)`` on both ranks) is the launch's or the script's error, not a
+#: failure between ranks, and an unchanged retry meets it again (tests/data/corpus/README.md).
+_DECIDED_SINCE = {"nccl_duplicate_gpu_under_torchrun": "user_code_error"}
+
+
 @pytest.mark.parametrize("run", RUNS, ids=[r["case"] for r in RUNS])
 def test_each_real_gpu_failure_gets_the_kind_an_engineer_names(run: dict[str, object]) -> None:
     sc, _ = _stream(_log(str(run["case"])))
     failure = classify(sc.evidence, decode_exit(int(str(run["exit_code"]))), tail=sc.tail)
     got = None if failure is None else str(failure.kind)
-    assert got == run["expect"], failure
+    assert got == _DECIDED_SINCE.get(str(run["case"]), run["expect"]), failure
 
 
 @pytest.mark.parametrize(

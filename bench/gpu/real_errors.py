@@ -120,7 +120,9 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "nccl_duplicate_gpu_under_torchrun",
-        "nccl_error",
+        # (issue 12, round 41) two ranks on one GPU is the script's or the launch's error:
+        # user_code_error, no longer nccl_error (the 2026-11-27 capture expected the latter)
+        "user_code_error",
         """
         import os, torch, torch.distributed as dist
         dist.init_process_group("nccl")
