@@ -102,3 +102,18 @@ def test_duplicate_gpu_names_the_fix_and_is_not_retried() -> None:
 )
 def test_round41_near_misses(text: str, not_expected: FailureKind) -> None:
     assert read_as(text) is not not_expected
+
+
+def test_a_held_port_explains_the_communication_failure_after_it() -> None:
+    """The held port is one of the launch's errors NCCL and c10d then report as their own
+    (``_EXPLAINS_COMM_FAILURE``, with the duplicate GPU): another rank's store error after it is
+    its consequence, so the verdict stays the user error with its hint."""
+    text = (
+        "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 "
+        "- Address already in use).\n"
+        "[rank1]: torch.distributed.DistStoreError: Timed out after 901 seconds waiting for "
+        "clients. 1/2 clients joined.\n"
+    )
+    failure = classify_text(text, exit_code=1)
+    assert failure is not None and failure.kind is FailureKind.USER_CODE_ERROR
+    assert failure.hint is not None and "port" in failure.hint

@@ -569,6 +569,11 @@ _PORT_HELD = (
 #: ("invalid usage", ncclInvalidUsage, a DistBackendError) is its consequence.
 _DUPLICATE_GPU = r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device"
 _DUPLICATE_GPU_RX = re.compile(_DUPLICATE_GPU)
+#: The user errors of the launch's environment that NCCL and c10d then report as failures of
+#: their own (a held port, two ranks on one GPU): where one is in the output, the
+#: communication-failure lines around it are its consequence, not a competing cause
+#: (_present_kinds), and an unchanged retry meets it again.
+_EXPLAINS_COMM_FAILURE = _rx(*_PORT_HELD, _DUPLICATE_GPU)
 
 
 #: A compiler building an op that ran out of memory: its own allocation failure (gcc's xmalloc
@@ -2040,21 +2045,21 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # End of sequence", harmless) and any op's error ("Invalid argument: ...")
             r"\bAborting \w+ with Unavailable: ",
             r"\bStartAbort Unavailable: ",
-            # (round 37, tune34) XLA's NCCL calls (JAX, TF-XLA) failing: "NCCL operation
-            # ncclCommInitRank(&comm, nranks, id, rank) failed: internal error - please report
-            # this issue to the NCCL developers. Last NCCL warning(error) log entry (may be
-            # unrelated) '...'" (xla/service/gpu/nccl_utils.h XLA_NCCL_STATUS;
-            # LargeWorldModel/LWM#42), and that ncclInternalError text wherever it is quoted
-            r"\bNCCL operation nccl\w+\(.*\) failed: ",
+            # An NCCL call a framework names with NCCL's ncclGetErrorString after it: (round 37,
+            # tune34) XLA's (JAX, TF-XLA) "NCCL operation ncclCommInitRank(&comm, nranks, id,
+            # rank) failed: internal error - please report this issue to the NCCL developers.
+            # Last NCCL warning(error) log entry (may be unrelated) '...'" (xla/service/gpu/
+            # nccl_utils.h XLA_NCCL_STATUS; LargeWorldModel/LWM#42); (round 41, tune38)
+            # Horovod's NCCLContext::ErrorCheck, "HorovodInternalError: ncclAllReduce failed:
+            # unhandled cuda error" (std::string(op_name) + " failed: " + ncclGetErrorString;
+            # horovod/horovod#1171, cut there by the paste). And that ncclInternalError text
+            # wherever it is quoted
+            r"\bnccl[A-Z]\w*(?:\(.*?\))? failed: (?:unhandled|internal|invalid|remote|system)",
             r"internal error - please report this issue to the NCCL developers",
             # ... and NCCL's socket layer refused at connect, its WARN text pasted alone
             # (misc/socket.cc socketStartConnect: "Connect to %s failed : %s", strerror, then
             # ncclSystemError; NVIDIA/nccl#1515's "Software caused connection abort")
             r"socketStartConnect: Connect to \S+ failed : ",
-            # (round 41, tune38) Horovod's NCCLContext::ErrorCheck ("HorovodInternalError:
-            # ncclAllReduce failed: unhandled cuda error", std::string(op_name) + " failed: " +
-            # ncclGetErrorString; horovod/horovod#1171, cut there by the paste)
-            r"\bnccl[A-Z]\w* failed: (?:unhandled|internal|invalid|remote|system)",
             # (round 44, tune41) rdma-core's mlx5 provider dumping an error completion ("mlx5:
             # host_unknown: got completion with error:", then the CQE in hex) under NCCL's IB
             # transport (OpenRLHF/OpenRLHF#621, a weight broadcast between nodes), and c10d's
@@ -3189,9 +3194,9 @@ def _present_kinds(
         if kind in _RANK_OF and any(not ev.weak and not ev.sigkill for ev in evs)
     }
     user = by_kind.get(FailureKind.USER_CODE_ERROR, ())
-    if any(_DUPLICATE_GPU_RX.search(ev.text) for ev in user):
-        # (round 41) NCCL's "invalid usage" after it found two ranks on one GPU is the launch's
-        # fault, not the network's: its communication-failure lines do not outrank it
+    if any(_EXPLAINS_COMM_FAILURE.search(ev.text) for ev in user):
+        # (round 41) NCCL's "invalid usage" after it found two ranks on one GPU, a rendezvous
+        # error after the port was found held: the launch's fault, not the network's
         strong.discard(FailureKind.NCCL_ERROR)
     if not strong - {FailureKind.USER_CODE_ERROR, FailureKind.KILLED_EXTERNALLY}:
         # Noise explains the death only when nothing specific does. A weak OOM (only prose
