@@ -347,8 +347,11 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune41": (1.0, 0),
     # tune42 (33 logs gathered as heldout43 in round 45 by four helpers that never read the
     # rules, the odd half of their staged lines; scored once on the rules frozen at ceffc56):
-    # 28/33 = 84.8% (unknown 9.1%), its record as a held-out set; a tuning set since round 45.
-    "tune42": (0.848, 3),
+    # 28/33 = 84.8% (unknown 9.1%), its record as a held-out set; a tuning set since round 45,
+    # whose rules took it to 32/33. Left: mujocolab/mjlab#291, torch.normal's "normal expects
+    # all elements of std >= 0.0" raised through the script's own wrapper, which a script's
+    # negative std raises too (frames.py reads it only from torch.distributions' sample).
+    "tune42": (0.969, 0),
 }
 
 

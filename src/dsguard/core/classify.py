@@ -873,6 +873,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # memory usage threshold of 0.95. Ray killed this worker (ID: ...) because it was
             # the most recently scheduled task; ...", vllm-project/vllm#2669)
             r"which exceeds the memory usage threshold of [\d.]+\. Ray killed this worker",
+            # (round 45, tune42) ... and the suggestions that end each of its OOM-kill messages
+            # ("Refer to the documentation on how to address the out of memory issue: https://
+            # docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider
+            # provisioning more memory on this node ..."), all a paste that starts there shows
+            # (PeterGriffinJin/Search-R1#45); printed only after the monitor killed a worker
+            r"how to address the out of memory issue: https://docs\.ray\.io/\S*ray-oom-prevention",
             # (round 29) Ray < 2's memory monitor (python/ray/memory_monitor.py: "ray.
             # memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node Local is
             # used (15.98 / 16.82 GB). The top 5 memory consumers are: ..."), raised in the
@@ -1702,6 +1708,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # error 2 is memory
             r"(?i:\bcuda error)\((?!2\))\d+\), ",
             r"cudaErrorNoKernelImageForDevice|CUBLAS_STATUS_EXECUTION_FAILED",
+            # (round 45, tune42) DeepSpeed's transformer kernels on a failed cuBLAS GEMM
+            # (csrc/transformer/cublas_wrappers.cu: "!!!! kernel execution error. (m: %d, n: %d,
+            # k: %d, error: %d)", before 2021 without the numbers; deepspeedai/DeepSpeed#294,
+            # where CUBLAS_STATUS_EXECUTION_FAILED followed); not its status 3, an allocation
+            # that failed (CUBLAS_STATUS_ALLOC_FAILED)
+            r"!!!! kernel execution error\.(?! \([^)]*\berror: 3\))",
             # (round 35, tune32) ONNX Runtime's CUDA provider (cuda_call.cc CudaCall: "CUDNN
             # failure 8: CUDNN_STATUS_EXECUTION_FAILED ; GPU=0 ; ...",
             # triton-inference-server/server#4766); its ALLOC_FAILED is an OOM, above
@@ -2318,6 +2330,7 @@ _RAISED = re.compile(
 )
 _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 _NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE}
+_WORKER_TERMINATED = re.compile(r"DataLoader worker \(pid[^)]*\) is killed by signal: Terminated")
 # Lines that explain a death only when nothing else does: the interpreter's "Exception
 # ignored in: <function DeepSpeedCPUAdam.__del__>" and what follows it (the optimizer's op
 # never loaded, usually because something failed first; DeepSpeed#1846).
@@ -2376,6 +2389,26 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
         FailureKind.LOSS_DIVERGENCE,
         re.compile(r"\bgrad_norm is not finite: \[?(?:tensor\()?[-+]?(?:nan|inf)\b"),
     ),
+    # (round 45, tune42) torch 1.9-1.12's clip_grad_norm_ on a NaN/inf total norm
+    # (torch/nn/utils/clip_grad.py: "FutureWarning: Non-finite norm encountered in
+    # torch.nn.utils.clip_grad_norm_; continuing anyway. ..."). A healthy fp16 run prints it
+    # at every overflow step that its GradScaler then skips (yolov5's AMP training does), so
+    # it explains only a death nothing else explains (hill-a/stable-baselines#1143, a PPO
+    # policy whose gradients went NaN)
+    (
+        FailureKind.LOSS_DIVERGENCE,
+        re.compile(r"Non-finite norm encountered in torch\.nn\.utils\.clip_grad_norm_"),
+    ),
+    # (round 45, tune42) torch's DataLoader on a worker that SIGTERM ended (the handler in
+    # torch/utils/data/_utils/signal_handling.py: "RuntimeError: DataLoader worker (pid 8102)
+    # is killed by signal: Terminated."). The kernel's OOM killer sends SIGKILL (a rule in
+    # _RULES); earlyoom sends SIGTERM first, and maintainers read a lone worker's SIGTERM as
+    # host memory, fixed by fewer workers (open-mmlab/mmsegmentation#2085, pytorch/pytorch
+    # #4507). But a job stopped whole (a scheduler's SIGTERM to every process, dsguard's own
+    # stop of a stalled attempt) ends its workers the same way: a probable host OOM only
+    # when nothing else explains the death, never over a stop the output names
+    # (_present_kinds) nor over a stall (classify's hang)
+    (FailureKind.HOST_OOM, _WORKER_TERMINATED),
 )
 # (issue 12, round 6) What users write when they paste no log line for a host memory death:
 # "I keep hitting a point where I run out of RAM and the process is Killed", 'I get the
@@ -3198,12 +3231,20 @@ def _present_kinds(
         # (round 41) NCCL's "invalid usage" after it found two ranks on one GPU, a rendezvous
         # error after the port was found held: the launch's fault, not the network's
         strong.discard(FailureKind.NCCL_ERROR)
-    if not strong - {FailureKind.USER_CODE_ERROR, FailureKind.KILLED_EXTERNALLY}:
-        # Noise explains the death only when nothing specific does. A weak OOM (only prose
-        # says so: _PROSE_RULES) not even over the script's own exception: no user error is
-        # ever taken for an OOM. Nor a loss scale that reached its floor (a _WEAK_RULES line a
-        # run may recover from) over an exception that says what did happen.
-        weak = {k for k, evs in by_kind.items() if any(ev.weak for ev in evs)}
+    if not hang and not strong - {FailureKind.USER_CODE_ERROR, FailureKind.KILLED_EXTERNALLY}:
+        # Noise explains the death only when nothing specific does, and never a stall the
+        # supervisor ended (its own stop kills the workers, a healthy fp16 run logs its
+        # skipped overflow steps). A weak OOM (only prose says so: _PROSE_RULES) not even over
+        # the script's own exception: no user error is ever taken for an OOM. Nor a loss scale
+        # that reached its floor (a _WEAK_RULES line a run may recover from) over an exception
+        # that says what did happen. Nor a worker's SIGTERM over a stop the output names
+        # (round 45): the job was stopped whole.
+        stopped = FailureKind.KILLED_EXTERNALLY in strong
+        weak = {
+            k
+            for k, evs in by_kind.items()
+            if any(ev.weak and not (stopped and _WORKER_TERMINATED.search(ev.text)) for ev in evs)
+        }
         if FailureKind.USER_CODE_ERROR in strong:
             weak -= _NOT_OVER_USER_CODE
         strong |= weak
@@ -3222,7 +3263,8 @@ def _present_kinds(
     if hang:
         strong -= _WEAKER_THAN_HANG
         if host_oom_confirmed is not True and not any(
-            ev.kind is FailureKind.HOST_OOM and not ev.sigkill for ev in _flat(by_kind)
+            ev.kind is FailureKind.HOST_OOM and not ev.sigkill and not ev.weak
+            for ev in _flat(by_kind)
         ):
             strong.discard(FailureKind.HOST_OOM)  # dsguard's own SIGKILL of a hung attempt
     return strong
