@@ -512,6 +512,8 @@ _TRIGGERS: tuple[str, ...] = (
     "e GPU detected : rank",  # NCCL's "Duplicate GPU detected", as "Last error:" reprints it
     # -- round 44 (tune41): shares its first character with a trigger above
     "ooled_storage_manager.h:",  # MXNet's GPU pool, "Memory allocation failed."
+    # -- round 47 (tune44): shares its first character with a trigger above
+    "No OpKernel was registered to support Op '",  # TF's op without a kernel in this build
 )
 
 
@@ -2129,6 +2131,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # wandb_login.py, OptimalScale/LMFlow#57, isl-org/ZoeDepth#112): the job's
             # environment (WANDB_API_KEY, WANDB_MODE=offline, report_to), retried in vain
             r"\bapi_key not configured \(no-tty\)",
+            # (round 47, tune44) TensorFlow placing an op that this build or device has no
+            # kernel for (core/common_runtime: errors::InvalidArgument("No OpKernel was
+            # registered to support Op '", ..., "' used by {{node X}} with these attrs: ..."),
+            # the message often pasted without its exception class): NCCL ops on the Windows
+            # build (tensorflow/tensorflow#44281), CudnnRNN under DirectML, a custom op's
+            # missing kernel. The job's environment or graph, retried in vain
+            r"\bNo OpKernel was registered to support Op '\w+'",
             # -- round 13: torch.utils.tensorboard's hparams() refusing a config value (a list,
             # None, a dict) when a tracker logs the run's configuration (accelerate
             # init_trackers, bghira/SimpleTuner#940): the job's own settings, retried in vain
