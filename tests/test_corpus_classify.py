@@ -367,7 +367,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune44": (1.0, 0),
     # tune45 (33 logs, the half of round 46's gathering kept staged and unread until round
     # 47's rules were frozen at d7c813b, then scored once on them): 32/33 = 97.0% (unknown
-    # 3.0%), its record as a held-out set; a tuning set since round 48.
+    # 3.0%), its record as a held-out set; a tuning set since round 48, which wrote no rule
+    # from its miss: PaddlePaddle/Paddle#15689, PaddleCloud's job page ("Usermain Fail
+    # usermain timeout", its 10-hour limit) as a maintainer quoted it, a platform's stage
+    # trace and not output a supervised process prints.
     "tune45": (0.969, 1),
 }
 
