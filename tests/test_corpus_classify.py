@@ -374,8 +374,9 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune45": (0.969, 1),
     # tune46 (30 logs gathered as heldout47 in round 47 by four helpers that never read the
     # rules, the odd half of their staged lines; scored once on the rules frozen at d7c813b):
-    # 26/30 = 86.7% (unknown 13.3%), its record as a held-out set; a tuning set since round 49.
-    "tune46": (0.866, 4),
+    # 26/30 = 86.7% (unknown 13.3%), its record as a held-out set; a tuning set since round 49,
+    # whose rules took it to 30/30.
+    "tune46": (1.0, 0),
 }
 
 

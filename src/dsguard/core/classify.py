@@ -514,6 +514,8 @@ _TRIGGERS: tuple[str, ...] = (
     "ooled_storage_manager.h:",  # MXNet's GPU pool, "Memory allocation failed."
     # -- round 47 (tune44): shares its first character with a trigger above
     "No OpKernel was registered to support Op '",  # TF's op without a kernel in this build
+    # -- round 49 (tune46): shares its first character with a trigger above
+    "all to connect returned",  # NCCL's socket connect refused, an INFO line ("Call to ...")
 )
 
 
@@ -796,6 +798,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # bytes (allocated so far: 0 bytes)." since
             r"\bout of memory to allocate \d+ bytes \(total \d+ bytes\)",
             r"\bOut of memory allocating [\d,]+ bytes \(allocated so far: [\d,]+ bytes\)",
+            # (round 49, tune46) MindSpore's dynamic memory pool on the device, Ascend or GPU
+            # (ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
+            # AddMemBlockAndMemBufByEagerFree: "TotalUsedMemStatistics : N plus
+            # TotalUsedByEventMemStatistics : 0 and plus alloc size : M is more than total mem
+            # size : T.", older "TotalUsedMemStatistics : N plus alloc size : M is ...";
+            # mindspore-lab/mindone#820)
+            r"\bplus alloc size : \d+ is more than total mem size : \d+",
         ),
     ),
     (
@@ -1584,7 +1593,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # loss is padded with the fill character: "loss: nanxxx", PaddleOCR#10042)
             # (round 34, tune31: also a value printed as a one-element list or array, Paddle's
             # "loss: [nan]", PaddlePaddle/PaddleSlim#1582)
-            r"(?i:\b\w*loss\w*['\"\]\s:=|]{1,40}(?:tensor\(|\[)?nanx*\b)",
+            # (round 49, tune46: also under a statistic's path, the tabular logger of rllab and
+            # rlpyt, "model_loss/Average              nan", juliusfrost/dreamer-pytorch#82)
+            r"(?i:\b\w*loss\w*(?:/\w+)?['\"\]\s:=|]{1,40}(?:tensor\(|\[)?nanx*\b)",
+            # (round 49, tune46) a loss metric named for its function rather than "loss": MXNet
+            # Gluon's metric.Loss instances as GluonCV's scripts name them ("CrossEntropy=nan,
+            # SmoothL1=nan", dmlc/gluon-cv#142), and a perplexity, the exponential of a loss
+            r"(?i:\b(?:cross_?entropy|smooth_?l1|perplexity)\w*['\"\]\s:=|]{1,40}nan\b)",
             # (round 18) TRL's preference trainers (DPO, KTO, ORPO, CPO) log the policy's
             # log-probabilities and logits per batch ("'logps/chosen': nan, 'logits/rejected':
             # nan"): NaN there is the model's output gone NaN, whatever the loss shows
@@ -2338,7 +2353,7 @@ _RAISED = re.compile(
     r"|\s*what\(\):|terminate called after throwing|.*NCCL WARN Cuda failure)"
 )
 _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
-_NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE}
+_NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE, FailureKind.NCCL_ERROR}
 _WORKER_TERMINATED = re.compile(r"DataLoader worker \(pid[^)]*\) is killed by signal: Terminated")
 # Lines that explain a death only when nothing else does: the interpreter's "Exception
 # ignored in: <function DeepSpeedCPUAdam.__del__>" and what follows it (the optimizer's op
@@ -2408,6 +2423,13 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
         FailureKind.LOSS_DIVERGENCE,
         re.compile(r"Non-finite norm encountered in torch\.nn\.utils\.clip_grad_norm_"),
     ),
+    # (round 49, tune46) NCCL's socket layer when a peer refuses the connection (before 2.12,
+    # src/include/socket.h connectAddress: INFO "Call to connect returned Connection refused,
+    # retrying", each retry, later each 1000th; after its last, WARN "Connect to <addr>
+    # failed" and ncclSystemError, which _RULES read). A peer not listening yet at a healthy
+    # start-up prints it too, so it explains only a death nothing else explains
+    # (facebookresearch/fairseq#1096, a two-node job whose worker gave up)
+    (FailureKind.NCCL_ERROR, re.compile(r"\bCall to connect returned [^,\n]+, retrying")),
     # (round 45, tune42) torch's DataLoader on a worker that SIGTERM ended (the handler in
     # torch/utils/data/_utils/signal_handling.py: "RuntimeError: DataLoader worker (pid 8102)
     # is killed by signal: Terminated."). The kernel's OOM killer sends SIGKILL (a rule in
@@ -3246,8 +3268,9 @@ def _present_kinds(
         # skipped overflow steps). A weak OOM (only prose says so: _PROSE_RULES) not even over
         # the script's own exception: no user error is ever taken for an OOM. Nor a loss scale
         # that reached its floor (a _WEAK_RULES line a run may recover from) over an exception
-        # that says what did happen. Nor a worker's SIGTERM over a stop the output names
-        # (round 45): the job was stopped whole.
+        # that says what did happen, nor NCCL's connect retries (round 49: a peer not
+        # listening yet at a healthy start-up) over the script's own error. Nor a worker's
+        # SIGTERM over a stop the output names (round 45): the job was stopped whole.
         stopped = FailureKind.KILLED_EXTERNALLY in strong
         weak = {
             k
