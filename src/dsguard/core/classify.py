@@ -925,6 +925,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # temporarily unavailable" is a receive that timed out, below with the
             # communication errors) and a file lock's names its file.
             r"(?:^(?:[\w.]*Error: )?|what\(\):\s+)Resource temporarily unavailable\s*$",
+            # (round 50, tune47) MXNet's host storage (src/storage/cpu_device_storage.h: LOG(
+            # FATAL) << "Failed to allocate CPU Memory", raised as MXNetError; xuduo35/
+            # unet_mxnet2ncnn#5, a UNet trained on the CPU)
+            r"cpu_device_storage\.h:\d+: Failed to allocate CPU Memory",
             r"can't start new thread",
             # torch dataloader.py _try_get_data: a worker that died without a Python exception
             # (that one is re-raised as "Caught X in DataLoader worker process N") and without
@@ -2153,6 +2157,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # build (tensorflow/tensorflow#44281), CudnnRNN under DirectML, a custom op's
             # missing kernel. The job's environment or graph, retried in vain
             r"\bNo OpKernel was registered to support Op '\w+'",
+            # (round 50, tune47) XLA's and TensorFlow's stream executor finding an older cuDNN
+            # than the one they were built against (stream_executor/cuda/cuda_dnn.cc: "Loaded
+            # runtime CuDNN library: 8.5.0 but source was compiled with: 8.6.0. CuDNN library
+            # needs to have matching major version ..."), before "DNN library initialization
+            # failed" (jax-ml/jax#16167, a T5X run): the installed packages, retried in vain
+            r"Loaded runtime CuDNN library: [\d.]+ but source was compiled with: [\d.]+",
             # -- round 13: torch.utils.tensorboard's hparams() refusing a config value (a list,
             # None, a dict) when a tracker logs the run's configuration (accelerate
             # init_trackers, bghira/SimpleTuner#940): the job's own settings, retried in vain
