@@ -516,6 +516,8 @@ _TRIGGERS: tuple[str, ...] = (
     "No OpKernel was registered to support Op '",  # TF's op without a kernel in this build
     # -- round 49 (tune46): shares its first character with a trigger above
     "all to connect returned",  # NCCL's socket connect refused, an INFO line ("Call to ...")
+    # -- round 51 (tune48): shares its first character with a trigger above
+    "oss = 87.336",  # Caffe's softmax loss at its floor's log, "loss = 87.3365"
 )
 
 
@@ -1562,6 +1564,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # built on it (facebookresearch/SlowFast slowfast/utils/misc.py: RuntimeError("ERROR:
             # Got NaN losses {datetime}"); Buzz-Beater/LEMMA#5), raised on the step's loss
             r"\bERROR: Got NaN losses\b",
+            # (round 51, tune48) Caffe's softmax loss once the net has diverged: the layer clamps
+            # each probability at FLT_MIN before its log (softmax_loss_layer.cpp: loss -=
+            # log(std::max(prob, Dtype(FLT_MIN)))), so a net whose outputs overflowed logs
+            # -log(FLT_MIN) = 87.3365 from then on, not NaN ("Iteration 2500, loss =
+            # 87.3365", accuracy 0; BVLC/caffe#5137)
+            r"loss = 87\.336[56]\b",
             # (round 15) trainers that stop themselves on a non-finite loss: yolov5's train.py
             # ("WARNING: non-finite loss, ending training  tensor([nan, nan, nan, nan])",
             # ultralytics/yolov5#673) and SpeechBrain's Brain.check_loss_isfinite once its
