@@ -807,6 +807,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # size : T.", older "TotalUsedMemStatistics : N plus alloc size : M is ...";
             # mindspore-lab/mindone#820)
             r"\bplus alloc size : \d+ is more than total mem size : \d+",
+            # (round 52, tune49) Paddle 1.x's legacy allocator once its buddy allocator found no
+            # chunk (memory/allocation/legacy_allocator.cc: LOG(WARNING) << "Cannot allocate "
+            # << size << " in GPU " << device << ", available " << avail; PaddlePaddle/models
+            # #2046). Not the system allocator's "Cannot malloc N MB GPU memory" before it, a
+            # chunk too large for what is free, which a smaller one may still satisfy
+            r"\bCannot allocate [\d.]+\s?[KMGT]?i?B in GPU \d+, available [\d.]+\s?[KMGT]?i?B",
         ),
     ),
     (
@@ -2171,6 +2177,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # needs to have matching major version ..."), before "DNN library initialization
             # failed" (jax-ml/jax#16167, a T5X run): the installed packages, retried in vain
             r"Loaded runtime CuDNN library: [\d.]+ but source was compiled with: [\d.]+",
+            # (round 52, tune49) torch.distributed asked for a backend its build lacks
+            # (distributed_c10d.py: RuntimeError("Distributed package doesn't have NCCL built
+            # in"), the Windows and macOS builds; open-mmlab/mmsegmentation#1787): the job's
+            # backend setting or its install, not a communication failure, and the rule reads
+            # it ahead of the frames of init_process_group that would say otherwise
+            r"Distributed package doesn't have (?:NCCL|MPI|Gloo|UCC|XCCL) built in",
             # -- round 13: torch.utils.tensorboard's hparams() refusing a config value (a list,
             # None, a dict) when a tracker logs the run's configuration (accelerate
             # init_trackers, bghira/SimpleTuner#940): the job's own settings, retried in vain
