@@ -399,8 +399,9 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune49": (1.0, 0),
     # tune50 (26 logs gathered as heldout51 in round 51 by four helpers that never read the
     # rules, the odd half of their staged lines; scored once on the rules frozen at d3d8412):
-    # 25/26 = 96.2% (unknown 3.8%), its record as a held-out set; a tuning set since round 53.
-    "tune50": (0.961, 1),
+    # 25/26 = 96.2% (unknown 3.8%), its record as a held-out set; a tuning set since round 53,
+    # whose rule took it to 26/26.
+    "tune50": (1.0, 0),
 }
 
 

@@ -813,6 +813,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # #2046). Not the system allocator's "Cannot malloc N MB GPU memory" before it, a
             # chunk too large for what is free, which a smaller one may still satisfy
             r"\bCannot allocate [\d.]+\s?[KMGT]?i?B in GPU \d+, available [\d.]+\s?[KMGT]?i?B",
+            # (round 53, tune50) icefall's pre-training scan of its most pessimistic batches
+            # (egs/*/train.py scan_pessimistic_batches_for_oom: logging.error("Your GPU ran out
+            # of memory with the current max_duration setting. ...") when the step raised a CUDA
+            # OOM, which it then re-raises; k2-fsa/icefall#1844), a paste cut before the OOM
+            r"Your GPU ran out of memory with the current max_duration setting",
         ),
     ),
     (
