@@ -404,8 +404,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune50": (1.0, 0),
     # tune51 (26 logs, the half of round 51's gathering kept staged and unread until round
     # 53's rules were frozen at ee583a6, then scored once on them): 22/26 = 84.6% (unknown
-    # 11.5%), its record as a held-out set; a tuning set since round 54.
-    "tune51": (0.846, 3),
+    # 11.5%), its record as a held-out set; a tuning set since round 54, whose rules took it
+    # to 25/26. Left: isaac-sim/IsaacLab#2539, the reporter's own print of a policy's std gone
+    # NaN ("std = tensor([[nan, nan, ..."), its exception cut by the excerpt.
+    "tune51": (0.961, 1),
 }
 
 

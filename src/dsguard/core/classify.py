@@ -518,6 +518,8 @@ _TRIGGERS: tuple[str, ...] = (
     "all to connect returned",  # NCCL's socket connect refused, an INFO line ("Call to ...")
     # -- round 51 (tune48): shares its first character with a trigger above
     "oss = 87.336",  # Caffe's softmax loss at its floor's log, "loss = 87.3365"
+    # -- round 54 (tune51): shares its first character with a trigger above
+    "rad_scale is too small, exiting",  # icefall's guard, its message on a line of its own
 )
 
 
@@ -827,7 +829,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # memory" is the Windows spelling (MKLpy#27)
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
             # torch DataLoader: the kernel OOM-killed a worker (pytorch/pytorch#8976)
-            r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed",
+            # (round 54, tune51: in any case and spacing, as a reporter retyped it,
+            # "RuntimeError:Dataloader worker (pid 6479) is killed by signal:killed",
+            # hustvl/YOLOP#133)
+            r"(?i:DataLoader worker \(pid[^)]*\) is killed by signal: ?Killed)",
             # (round 18) Paddle's copy (data_loader.cc: "SystemError: (Fatal) DataLoader process
             # (pid 1104) exited is killed by signal: Killed.", PaddleDetection#7252)
             r"DataLoader process \(pid[^)]*\) exited is killed by signal: Killed",
@@ -2326,15 +2331,17 @@ def rank_exit_from_text(lines: Iterable[str]) -> int | None:
 
 
 # A Python exception line: "KeyError: 'labels'", "torch.distributed.DistBackendError: ...",
-# "AssertionError" (bare). At the start of the body, or glued after a tqdm bar's "]".
+# "AssertionError" (bare). At the start of the body, or glued after a tqdm bar's "]", or
+# (round 54) after a wrapper's "Error: " tag ("Error: KeyError: 'ResNet is not in the model
+# registry. ...'", open-mmlab/mmpretrain#1498).
 # (round 27) A traceback's echoed source line with the exception run on after it, no line
 # end between: stderr's unbuffered exception text interleaved with its buffered frames
 # ("    main(args)RuntimeError:  [!] NaN loss with decoder_loss.", mozilla/TTS#668). A
 # closing bracket followed at once by an exception class and its colon is no Python source.
 _GLUED_EXC = re.compile(r"[)\]]((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
 _EXC_LINE = re.compile(
-    r"(?:^|(?<=\]))((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception"
-    r"))(?::\s|:?\s*$)"
+    r"(?:^|(?<=\])|(?<=^Error: )|(?<=^ERROR: ))"
+    r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception))(?::\s|:?\s*$)"
 )
 # Exception lines that say "a child failed" without saying why: the child's own output says it
 # (the innermost cause of a launcher's chained traceback is the child's exception). And
@@ -2538,7 +2545,13 @@ _IGNORED = "Exception ignored in"
 _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is noise
 # Messages their emitter indents (load_state_dict's per-parameter detail), which the echo
 # test below would otherwise drop as traceback source.
-_INDENTED_MESSAGE = re.compile(r"size mismatch for(?: \S+: copying a param with shape|\s*$)")
+# (round 54, tune51) Also icefall's scale guard as a reporter pasted it, its message indented
+# under "RuntimeError:" ("        grad_scale is too small, exiting: 1.4901161193847656e-08",
+# k2-fsa/icefall#1751): with its number, never the f-string of the source line.
+_INDENTED_MESSAGE = re.compile(
+    r"size mismatch for(?: \S+: copying a param with shape|\s*$)"
+    r"|grad_scale is too small, exiting: \d"
+)
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
 # ops will be disabled.", deepspeedai/DeepSpeed#5663), though "[" opens a list in code.
