@@ -2396,6 +2396,8 @@ _RAISED = re.compile(
 )
 _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 _NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE, FailureKind.NCCL_ERROR}
+# (round 45) A DataLoader worker that SIGTERM ended: weak host-memory evidence (_WEAK_RULES),
+# set aside where the output names a stop (_present_kinds).
 _WORKER_TERMINATED = re.compile(r"DataLoader worker \(pid[^)]*\) is killed by signal: Terminated")
 # Lines that explain a death only when nothing else does: the interpreter's "Exception
 # ignored in: <function DeepSpeedCPUAdam.__del__>" and what follows it (the optimizer's op
