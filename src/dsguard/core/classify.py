@@ -564,6 +564,12 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
 #: listen, Windows' WSAEADDRINUSE, and (round 36, tune33) torch < 1.9's TCPStore raising the
 #: bare strerror ("RuntimeError: Address already in use" under _env_rendezvous_handler;
 #: k2-fsa/snowfall#152).
+#: torch's DataLoader on a worker a signal ended (torch/utils/data/_utils/signal_handling.py:
+#: "RuntimeError: DataLoader worker (pid 8102) is killed by signal: Killed."), in any case and
+#: spacing, as reporters retype it: one home for the SIGKILL rule (_RULES) and the SIGTERM one
+#: (_WORKER_TERMINATED).
+_DATALOADER_SIGNAL = r"DataLoader worker \(pid[^)]*\) is killed by signal: ?"
+
 _PORT_HELD = (
     r"server socket has failed to (?:bind|listen).*(?:Address already in use|errno: 98)",
     r"server socket has failed to listen on any local network address",
@@ -832,7 +838,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 54, tune51: in any case and spacing, as a reporter retyped it,
             # "RuntimeError:Dataloader worker (pid 6479) is killed by signal:killed",
             # hustvl/YOLOP#133)
-            r"(?i:DataLoader worker \(pid[^)]*\) is killed by signal: ?Killed)",
+            rf"(?i:{_DATALOADER_SIGNAL}Killed)",
             # (round 18) Paddle's copy (data_loader.cc: "SystemError: (Fatal) DataLoader process
             # (pid 1104) exited is killed by signal: Killed.", PaddleDetection#7252)
             r"DataLoader process \(pid[^)]*\) exited is killed by signal: Killed",
@@ -2398,7 +2404,7 @@ _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 _NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE, FailureKind.NCCL_ERROR}
 # (round 45) A DataLoader worker that SIGTERM ended: weak host-memory evidence (_WEAK_RULES),
 # set aside where the output names a stop (_present_kinds).
-_WORKER_TERMINATED = re.compile(r"DataLoader worker \(pid[^)]*\) is killed by signal: Terminated")
+_WORKER_TERMINATED = re.compile(rf"(?i:{_DATALOADER_SIGNAL}Terminated)")
 # Lines that explain a death only when nothing else does: the interpreter's "Exception
 # ignored in: <function DeepSpeedCPUAdam.__del__>" and what follows it (the optimizer's op
 # never loaded, usually because something failed first; DeepSpeed#1846).
