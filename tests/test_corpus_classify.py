@@ -410,8 +410,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune51": (0.961, 1),
     # tune52 (18 logs gathered by two helpers on the last look-ups of round 53's session,
     # merged and scored once on round 54's rules, 0f5740b): 16/18 = 88.9% (unknown 11.1%), its
-    # record as a held-out set; a tuning set since round 55.
-    "tune52": (0.888, 2),
+    # record as a held-out set; a tuning set since round 55, whose rule took it to 17/18.
+    # Left: PaddlePaddle/PaddleDetection#3326, a loss grown to 5e30 that the excerpt never
+    # shows turning NaN (a loss that only grows is not read as divergence).
+    "tune52": (0.944, 1),
 }
 
 

@@ -2128,8 +2128,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # transport (OpenRLHF/OpenRLHF#621, a weight broadcast between nodes), and c10d's
             # watchdog exception by its source location when its message is cut ("Exception
             # raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:
-            # 618", Lightning-AI/litgpt#1832)
-            r"\bmlx5: \S+: got completion with error\b",
+            # 618", Lightning-AI/litgpt#1832). (Round 55: the provider's line starts "mlx5:
+            # <host>: " (providers/mlx5/cq.c, PFX "%s: got completion with error:"); when it
+            # starts the line the host-prefix peeling takes "mlx5: " and may take the host.)
+            r"(?:\bmlx5: |^)(?:\S+: )?got completion with error:",
             r"Exception raised from checkTimeout at \S*ProcessGroupNCCL\.cpp",
         ),
     ),
@@ -2603,7 +2605,30 @@ _PREFIX = re.compile(
     r"|(?P<anyrank>\[rank(?:[xXN*]|\{\w*\})\]: ?)"
     r"|(?P<num>\d{1,6}): "  # srun --label / launcher "3: "
     r"|(?P<host>[A-Za-z0-9][\w.-]*): "  # pdsh "worker-1: " (a host, not a rank)
+    # (round 55, tune52) Ray's driver prints each worker's line behind "(<actor or task name>
+    # pid=<pid>[, ip=<address>]) " (ray/_private/worker.py, print_worker_logs): a process, not
+    # a rank ("(MegatronPolicyWorker pid=1480888, ip=172.28.127.67) TypeError: ...",
+    # NVIDIA-NeMo/RL#1228); peeled so the worker's exception line starts its body
+    r"|(?P<ray>\((?:[^()\s]+ )?pid=\d+(?:, ip=[^()\s]+)?\) ?)"
 )
+# (round 55) Ray's log deduplication (RAY_DEDUP_LOGS, on by default) prints a line that many
+# workers printed once, with " [repeated 43x across cluster]" after it, and the first time
+# "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 ...)" after that: not the
+# worker's text, so it is cut off the body a rule reads.
+_RAY_WORKER = re.compile(r"\((?:[^()\s]+ )?pid=\d+(?:, ip=[^()\s]+)?\) ?$")
+# (round 55) The exception classes Python itself raises for a mistake in the code that calls
+# (a wrong keyword or argument count, a missing attribute, name or module, a syntax error):
+# behind a Ray worker's prefix only these are read as the script's own error. Ray gathers many
+# processes' output into the driver's (engines, actors, its own helpers), and a library's
+# RuntimeError there is as often the echo of another process's failure (an actor that died, a
+# collective aborted) as its cause.
+_CODE_MISTAKES = frozenset(
+    {
+        "TypeError", "AttributeError", "NameError", "ImportError", "ModuleNotFoundError",
+        "SyntaxError", "IndentationError", "UnboundLocalError",
+    }
+)  # fmt: skip
+_RAY_DEDUP = re.compile(r" \[repeated \d+x across cluster\](?: \(Ray deduplicates logs .*\))?$")
 # A pdsh host prefix ("worker-1: ", "node07.cluster: ", "localhost: ") carries no rank, but
 # peeling it is what lets "worker-1: [rank3]: ..." find its rank and an echoed source line
 # find its indentation. A token is taken for a host only if it looks like one: an exception
@@ -2640,10 +2665,13 @@ def _split_prefix(line: str) -> tuple[int | None, str]:
         if host is not None:
             if _HOST_LIKE.fullmatch(host) is None:
                 break
-        elif m.group("anyrank") is None:
+        elif m.group("anyrank") is None and m.group("ray") is None:
             rank = int(m.group("mpi") or m.group("role") or m.group("num"))
         pos = m.end()
-    return rank, line[pos:]
+    body = line[pos:]
+    if body.endswith("across cluster]") or "(Ray deduplicates" in body:
+        body = _RAY_DEDUP.sub("", body)
+    return rank, body
 
 
 def _line_terminators(text: str, start: int, end: int) -> int:
@@ -3082,7 +3110,10 @@ class StreamClassifier:
             if r is not None and (r.group(1) or "").rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             return None
-        ended = self._end_traceback(rank, m.group(1).rsplit(".", 1)[-1], line_no, body[m.end() :])
+        name = m.group(1).rsplit(".", 1)[-1]
+        if name not in _CODE_MISTAKES and _RAY_WORKER.search(line, 0, offset) is not None:
+            return None
+        ended = self._end_traceback(rank, name, line_no, body[m.end() :])
         if ended is None:
             return None
         if ended is FailureKind.DS_BUILD_ERROR:
