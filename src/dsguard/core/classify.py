@@ -276,6 +276,7 @@ _TRIGGERS: tuple[str, ...] = (
     "NCCL WARN",  # NCCL's own warnings precede its errors (bootstrap, socket, proxy)
     "cc:",  # NCCL's error-return trace "NCCL INFO transport/net.cc:515 -> 2"
     "socket has failed",  # c10d "The client socket has failed to connect to any ..."
+    "bind addr=",  # gRPC core's server: "bind addr=[::]:2223: Address already in use"
     "nan",  # "loss: nan", "grad_norm': nan", "returned nan values", "nan iterations"
     "NaN",  # "NaN loss", "Loss is NaN"
     "inf,",  # "'loss': inf,"
@@ -576,6 +577,10 @@ _PORT_HELD = (
     r"gloo/transport/\S+\.cc:\d+\] listen: Address already in use",
     r"error code: 10048",
     r"RuntimeError: Address already in use[\s*`]*$",
+    # (round 56, tune53) gRPC core's server failing to bind its port (TF's distributed
+    # runtime, ps-lite over gRPC): "tcp_server_posix.c:284] bind addr=[::]:2223: Address
+    # already in use" (tensorflow/tensorflow#3517)
+    r"\bbind addr=\S+: Address already in use",
 )
 
 
@@ -808,6 +813,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # bytes (allocated so far: 0 bytes)." since
             r"\bout of memory to allocate \d+ bytes \(total \d+ bytes\)",
             r"\bOut of memory allocating [\d,]+ bytes \(allocated so far: [\d,]+ bytes\)",
+            # (round 56, tune53) Theano's CUDA array allocator (sandbox/cuda/cuda_ndarray.cu
+            # device_malloc: PyErr_Format(PyExc_MemoryError, "Error allocating %llu bytes of
+            # device memory (%s).", cudaGetErrorString), a MemoryError the host rule must not
+            # take; benanne/kaggle-ndsb#3), and MegEngine's device allocator (mem_alloc's
+            # MemAllocError: "out of memory while requesting %zu bytes; you can try setting
+            # MGB_CUDA_RESERVE_MEMORY to reserve all memory", MegEngine/MegEngine#448)
+            r"\bError allocating \d+ bytes of device memory \(out of memory\)",
+            r"\bout of memory while requesting \d+ bytes; you can try setting MGB_CUDA_RESERVE",
             # (round 49, tune46) MindSpore's dynamic memory pool on the device, Ascend or GPU
             # (ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
             # AddMemBlockAndMemBufByEagerFree: "TotalUsedMemStatistics : N plus
@@ -1389,6 +1402,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"No such file or directory: '[^']*(?:model_optim_rng|_model_states|_optim_states"
             r"|distrib_optim)\.pt'",
             r"invalid load key",  # pickle on a non-pickle / corrupted file
+            # (round 56, tune53) ... and plain pickle on a file torch.save wrote (CPython
+            # Modules/_pickle.c: "A load persistent id instruction was encountered,\nbut no
+            # persistent_load function was specified."; werner-duvaud/muzero-general#76), and
+            # MXNet's parameter-file reader (src/ndarray/ndarray.cc NDArray::Load: "Check failed:
+            # fi->Read(data) Invalid NDArray file format", apache/mxnet#1534)
+            r"A load persistent id instruction was encountered",
+            r"\bInvalid NDArray file format",
             # DeepSpeed ZeRORuntimeException: optimizer state partitioned for another world
             # size, needs a universal checkpoint (changing world size or stage hits this)
             r"The checkpoint being loaded used a DP world size of",
@@ -1555,6 +1575,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # prints in exponent form (below 1e-4), and the exit; k2-fsa/icefall#1463
             r"Grad scale is small: \d(?:\.\d+)?e-\d+",
             r"grad_scale is too small, exiting",
+            # (round 56, tune53) ... and the note that message carries, on its own indented line
+            # when a paste starts below it (icefall/utils.py raise_grad_scale_is_too_small_error:
+            # "If you see this error, it means that the gradient scale is too small.",
+            # k2-fsa/icefall#2069)
+            r"If you see this error, it means that the gradient scale is too small",
+            # (round 56, tune53) darknet's per-iteration line with the loss and its running
+            # average both NaN (detector.c: "%d: %f, %f avg loss, %f rate, ..."; pjreddie's
+            # "%f avg,"; glibc prints "-nan"): the average never recovers
+            # (AlexeyAB/darknet#2996)
+            r"^\s*\d+: -?nan, -?nan avg(?: loss)?, ",
             r"number of nan iterations:\s*[1-9]",  # Megatron's per-interval log line
             # Megatron core/distributed/param_and_grad_buffer.py: "Rank N: found NaN in local
             # grad norm in backward pass before data-parallel communication collective" (an
@@ -2406,6 +2436,14 @@ _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 _NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE, FailureKind.NCCL_ERROR}
 # (round 45) A DataLoader worker that SIGTERM ended: weak host-memory evidence (_WEAK_RULES),
 # set aside where the output names a stop (_present_kinds).
+# (round 56, tune53) A failure-signal handler's report of a SIGTERM from another process
+# (glog's "*** SIGTERM (@0x7d100008c74) received by PID 35967 (TID 0x...) from PID 35956;
+# stack trace: ***"): a stop from outside when it stands alone, but where the same output
+# shows a rank killed by SIGKILL ("mpirun noticed that process rank 4 ... exited on signal 9
+# (Killed)", yjxiong/caffe#200) it is the launcher ending the survivors of that death, as
+# mpirun and torchrun do (_present_kinds). A scheduler's stop says so in words of its own
+# (CANCELLED, TIME LIMIT), which this does not set aside.
+_TEARDOWN_SIGTERM = re.compile(r"\*\*\* SIGTERM \(@0x[0-9a-f]+\) received by PID \d+")
 _WORKER_TERMINATED = re.compile(rf"(?i:{_DATALOADER_SIGNAL}Terminated)")
 # Lines that explain a death only when nothing else does: the interpreter's "Exception
 # ignored in: <function DeepSpeedCPUAdam.__del__>" and what follows it (the optimizer's op
@@ -2492,6 +2530,13 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     # when nothing else explains the death, never over a stop the output names
     # (_present_kinds) nor over a stall (classify's hang)
     (FailureKind.HOST_OOM, _WORKER_TERMINATED),
+    # (round 56, tune53) A shell's report of a process that SIGBUS ended ("Bus error (core
+    # dumped)" alone, bash's "./train.sh: line 5: 4242 Bus error (core dumped) python ...").
+    # In a training job the usual cause is a RAM-backed /dev/shm exhausted by tensors shared
+    # between processes (a container's 64 MiB default), which the corpus counts as host
+    # memory; a truncated memory-mapped file or a hardware fault raise it too, so it explains
+    # only a death nothing else explains (facebookresearch/PyTorch-BigGraph#33)
+    (FailureKind.HOST_OOM, re.compile(r"(?:^|\s\d+ )Bus error(?: \(core dumped\))?(?=\s|$)")),
 )
 # (issue 12, round 6) What users write when they paste no log line for a host memory death:
 # "I keep hitting a point where I run out of RAM and the process is Killed", 'I get the
@@ -2561,6 +2606,7 @@ _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is no
 _INDENTED_MESSAGE = re.compile(
     r"size mismatch for(?: \S+: copying a param with shape|\s*$)"
     r"|grad_scale is too small, exiting: \d"
+    r"|If you see this error, it means that the gradient scale is too small"
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
@@ -3344,6 +3390,15 @@ def _present_kinds(
         for kind, evs in by_kind.items()
         if kind in _RANK_OF and any(not ev.weak and not ev.sigkill for ev in evs)
     }
+    stops = [ev for ev in by_kind.get(FailureKind.KILLED_EXTERNALLY, ()) if not ev.sigkill]
+    if (
+        stops
+        and len(stops) < len(by_kind[FailureKind.KILLED_EXTERNALLY])
+        and all(_TEARDOWN_SIGTERM.search(ev.text) for ev in stops)
+    ):
+        # (round 56) the launcher's SIGTERM to the ranks that survived one killed by SIGKILL
+        # is the consequence of that death, not a stop from outside: the SIGKILL decides
+        strong.discard(FailureKind.KILLED_EXTERNALLY)
     user = by_kind.get(FailureKind.USER_CODE_ERROR, ())
     if any(_EXPLAINS_COMM_FAILURE.search(ev.text) for ev in user):
         # (round 41) NCCL's "invalid usage" after it found two ranks on one GPU, a rendezvous
