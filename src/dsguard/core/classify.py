@@ -277,6 +277,10 @@ _TRIGGERS: tuple[str, ...] = (
     "cc:",  # NCCL's error-return trace "NCCL INFO transport/net.cc:515 -> 2"
     "socket has failed",  # c10d "The client socket has failed to connect to any ..."
     "bind addr=",  # gRPC core's server: "bind addr=[::]:2223: Address already in use"
+    "ALLOC_FAILED",  # CNTK's "cuDNN failure 2: CUDNN_STATUS_ALLOC_FAILED ; GPU=0" (no "Error")
+    "is overflow",  # Jittor's "GPU memory is overflow, please reduce your batch_size ..."
+    "snapshot prefix",  # Caffe's glog "Cannot write to snapshot prefix 'models/train'."
+    "caling gradients by 0.0,",  # icefall's "Scaling gradients by 0.0, model_norm_threshold="
     "nan",  # "loss: nan", "grad_norm': nan", "returned nan values", "nan iterations"
     "NaN",  # "NaN loss", "Loss is NaN"
     "inf,",  # "'loss': inf,"
@@ -821,6 +825,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # MGB_CUDA_RESERVE_MEMORY to reserve all memory", MegEngine/MegEngine#448)
             r"\bError allocating \d+ bytes of device memory \(out of memory\)",
             r"\bout of memory while requesting \d+ bytes; you can try setting MGB_CUDA_RESERVE",
+            # (round 57, tune54) ... Theano's CudaNdarray constructors when that allocation
+            # fails ("RuntimeError: CudaNdarray_ZEROS: allocation failed.", Theano/Theano#3748),
+            # and Jittor's memory check (src/mem/mem_info.cc: "GPU memory is overflow, please
+            # reduce your batch_size or data size!", Jittor/jittor#396; the CUDA errors of the
+            # ranks' teardown follow it)
+            r"\bCudaNdarray_\w+: allocation failed",
+            r"\bGPU memory is overflow, please reduce your batch_size",
             # (round 49, tune46) MindSpore's dynamic memory pool on the device, Ascend or GPU
             # (ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
             # AddMemBlockAndMemBufByEagerFree: "TotalUsedMemStatistics : N plus
@@ -1385,6 +1396,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # trainer.py _load_from_checkpoint
             r"\[deepspeed\] failed to resume from checkpoint",
             r"Can't find a valid checkpoint at",
+            # (round 57, tune54) t5x's loader on a checkpoint of an older format (checkpoints.py
+            # _get_optimizer_state_dict: "ValueError: Checkpoint versions earlier than 2 are not
+            # supported. Got version: 0", google-research/t5x#1524)
+            r"Checkpoint versions earlier than \d+ are not supported",
             # (round 21) DeepSpeed's zero_to_fp32 / ds_to_universal get_checkpoint_files on a
             # directory without ZeRO shards ("FileNotFoundError: can't find *_optim_states.pt
             # files in directory '/m/llava-llama-3-8b'": an HF model dir given where a ZeRO
@@ -1580,6 +1595,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "If you see this error, it means that the gradient scale is too small.",
             # k2-fsa/icefall#2069)
             r"If you see this error, it means that the gradient scale is too small",
+            # (round 57, tune54) stable-baselines' VecCheckNan on what the policy returned
+            # (vec_check_nan.py _check_val for step_async: "found nan in actions.\r\nOriginated
+            # from the RL model"; NaN observations come from the environment, not this),
+            # hill-a/stable-baselines#693
+            r"\bfound (?:nan|inf) in actions\b",
             # (round 56, tune53) darknet's per-iteration line with the loss and its running
             # average both NaN (detector.c: "%d: %f, %f avg loss, %f rate, ..."; pjreddie's
             # "%f avg,"; glibc prints "-nan"): the average never recovers
@@ -2175,6 +2195,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "prog: error: " before it (microsoft/mattergen#180, in backticks)
             r"^[`'\"]?unrecognized arguments: \S",
             r"error: the following arguments are required: ",
+            # (round 57, tune54) c10d's TCPStore asked for its libuv backend (the default since
+            # torch 2.4) in a build without it, as Windows wheels are: "use_libuv was requested
+            # but PyTorch was build without libuv support" (fix: USE_LIBUV=0). The job's
+            # environment, though the rendezvous frames above it are torch.distributed's
+            # (cocktailpeanut/fluxgym#302)
+            r"use_libuv was requested but PyTorch was buil[dt] without libuv support",
+            # (round 57, tune54) Caffe's solver checking at start-up that it can write its
+            # snapshots (solver.cpp CheckSnapshotWritePermissions: "Cannot write to snapshot
+            # prefix 'models/train'.  Make sure that the directory exists and is writeable.",
+            # martinkersner/train-CRF-RNN#24): a path in the solver's configuration
+            r"Cannot write to snapshot prefix '.*'\.\s+Make sure that the directory exists",
             # -- issue 12, round 6: argparse's other rejections ("train.py: error: argument
             # --lr: invalid float value: '1e-4,'", "... argument --mode: invalid choice: ...",
             # "... ambiguous option: --lr could match --lr_scheduler, --lr_warmup"), the shell
@@ -2321,6 +2352,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     ),
     (re.compile(r"已杀死"), 9),
     (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
+    # (round 57, tune54) ... pasted from its PID on, the status padded to a column before the
+    # command ("71885 Killed                  PYTHONPATH=. python -m kauldron.main ...",
+    # google-deepmind/gemma#431)
+    (re.compile(r"^\s*\d+ Killed {2,}\S"), 9),
     (re.compile(r"^zsh: killed\b"), 9),
     # (round 32, tune29) the signal's name alone on the last line, as a task manager or a
     # notebook host prints the end of the process it killed (pytorch/xla#4863: "the script
@@ -2512,6 +2547,15 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (
         FailureKind.LOSS_DIVERGENCE,
         re.compile(r"Non-finite norm encountered in torch\.nn\.utils\.clip_grad_norm_"),
+    ),
+    # (round 57, tune54) icefall's ScaledAdam clipping a step whose gradient norm was infinite
+    # (optim.py: "Scaling gradients by 0.0, model_norm_threshold=911.5", the threshold over an
+    # inf norm): the gradients have diverged, unless the GradScaler then skips the step as
+    # an fp16 overflow, so it explains only a death nothing else explains
+    # (k2-fsa/icefall#1895)
+    (
+        FailureKind.LOSS_DIVERGENCE,
+        re.compile(r"\bScaling gradients by 0\.0, model_norm_threshold="),
     ),
     # (round 49, tune46) NCCL's socket layer when a peer refuses the connection (before 2.12,
     # src/include/socket.h connectAddress: INFO "Call to connect returned Connection refused,
