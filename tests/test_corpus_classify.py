@@ -428,8 +428,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune54": (1.0, 0),
     # tune55 (50 logs, the odd half of round 58's gathering, kept staged and unread until
     # round 57's rules were frozen at 9b3845c, then scored once on them): 42/50 = 84.0%
-    # (unknown 16.0%), its record as a held-out set; a tuning set since round 58.
-    "tune55": (0.840, 8),
+    # (unknown 16.0%), its record as a held-out set; a tuning set since round 58, whose rules
+    # took it to 49/50. Left: Morizeyao/GPT2-Chinese#123, tcmalloc's large-allocation reports
+    # and a "^c" the reporter annotated by hand (no line says what ended the run).
+    "tune55": (0.98, 1),
 }
 
 
@@ -481,14 +483,12 @@ def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> Non
     assert s.accuracy >= 0.976 and s.predicted("unknown") / s.n < 0.03
 
 
-#: Sets on which the probable kind names an OOM for a user error (a strict xfail each).
-#: tune17's one (found once on heldout18; Hydra's "Error locating target", whose words
-#: weighed towards an OOM) is named by a rule since round 20. heldout56 (round 57's rules and
-#: table, scored once): one user error's `unknown` verdict probably a cuda_oom by its words;
-#: which one is not read while the set is held out. (The probable kind is told, never acted on.)
-_PROBABLE_USER_AS_OOM: dict[str, str] = {
-    "tune55": "the probable kind names cuda_oom for one user error of heldout56, now tune55",
-}
+#: Sets on which the probable kind names an OOM for a user error (a strict xfail each). None
+#: now: tune17's one (found once on heldout18; Hydra's "Error locating target", whose words
+#: weighed towards an OOM) is named by a rule since round 20; tune55's (found once on
+#: heldout56: TF 1.x's "InvalidArgumentError (see above for traceback): Not enough time for
+#: target transition sequence", a CTC loss on labels longer than their inputs) since round 58.
+_PROBABLE_USER_AS_OOM: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("group", _groups(SPLITS, _PROBABLE_USER_AS_OOM))

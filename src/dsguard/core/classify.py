@@ -281,6 +281,10 @@ _TRIGGERS: tuple[str, ...] = (
     "is overflow",  # Jittor's "GPU memory is overflow, please reduce your batch_size ..."
     "snapshot prefix",  # Caffe's glog "Cannot write to snapshot prefix 'models/train'."
     "caling gradients by 0.0,",  # icefall's "Scaling gradients by 0.0, model_norm_threshold="
+    "Node: save",  # TF 1.x's failing restore op: "[[Node: save/Assign_13 = Assign[...]"
+    "node save",  # ... as TF >= 1.13 names it: "[[{{node save/RestoreV2}}]]"
+    "exit with status code",  # Horovod's runner: "Process 0 exit with status code 137."
+    "Failed to load NCCL library",  # vLLM's pynccl_wrapper, logged as "ERROR" (no "rror")
     "nan",  # "loss: nan", "grad_norm': nan", "returned nan values", "nan iterations"
     "NaN",  # "NaN loss", "Loss is NaN"
     "inf,",  # "'loss': inf,"
@@ -820,10 +824,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 56, tune53) Theano's CUDA array allocator (sandbox/cuda/cuda_ndarray.cu
             # device_malloc: PyErr_Format(PyExc_MemoryError, "Error allocating %llu bytes of
             # device memory (%s).", cudaGetErrorString), a MemoryError the host rule must not
-            # take; benanne/kaggle-ndsb#3), and MegEngine's device allocator (mem_alloc's
-            # MemAllocError: "out of memory while requesting %zu bytes; you can try setting
-            # MGB_CUDA_RESERVE_MEMORY to reserve all memory", MegEngine/MegEngine#448)
-            r"\bError allocating \d+ bytes of device memory \(out of memory\)",
+            # take; benanne/kaggle-ndsb#3; round 58: its parentheses turned to "< >" by a
+            # Markdown paste, abbypa/NNProject_DeepMask#6), and MegEngine's device allocator
+            # (mem_alloc's MemAllocError: "out of memory while requesting %zu bytes; you can
+            # try setting MGB_CUDA_RESERVE_MEMORY to reserve all memory", MegEngine/MegEngine
+            # #448)
+            r"\bError allocating \d+ bytes of device memory \W{1,2}out of memory\b",
             r"\bout of memory while requesting \d+ bytes; you can try setting MGB_CUDA_RESERVE",
             # (round 57, tune54) ... Theano's CudaNdarray constructors when that allocation
             # fails ("RuntimeError: CudaNdarray_ZEROS: allocation failed.", Theano/Theano#3748),
@@ -1498,6 +1504,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # save_restore_v2_ops.cc:207 : DATA_LOSS: truncated block read", a checkpoint read
             # from S3; tensorflow/tensorflow#61449). SaveV2 writes, it never loses data read
             r"save_restore_v2_ops\.cc:\d+ : (?:DATA_LOSS|Data loss): ",
+            # (round 58, tune55) ... and any failure of the Saver's restore ops, as TF names the
+            # failing node under its error ("[[Node: save_1/Assign_13 = Assign[...](..., save_1/
+            # RestoreV2_13)]]" after "Assign requires shapes of both tensors to match. lhs
+            # shape= [3,3,256,24] rhs shape= [3,3,256,84]"; TF >= 1.13 "[[{{node save/
+            # RestoreV2}}]]"): those ops run only to restore a checkpoint, so their failure is
+            # the checkpoint not fitting the graph (balancap/SSD-Tensorflow#88). The save
+            # side's SaveV2 is a write, not read here
+            r"\[\[(?:Node: |\{\{node )save(?:_\d+)?/(?:Assign|RestoreV2)(?:_\d+)?\b",
             # (round 17) Megatron-LM's checkpointing.load_checkpoint, and SwissArmyTransformer's
             # copy of it, printing a KeyError as "Unable to load optimizer from checkpoint X.
             # Specify --no-load-optim or --finetune to prevent attempting to load the optimizer
@@ -1684,6 +1698,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Gluon's metric.Loss instances as GluonCV's scripts name them ("CrossEntropy=nan,
             # SmoothL1=nan", dmlc/gluon-cv#142), and a perplexity, the exponential of a loss
             r"(?i:\b(?:cross_?entropy|smooth_?l1|perplexity)\w*['\"\]\s:=|]{1,40}nan\b)",
+            # (round 58, tune55) a loss printed as an array, one value per device or per
+            # sample, with NaN among them (Paddle's fetched loss: "Pass 0, batch 500, loss [
+            # nan 9.211133      nan ...]"), and a perplexity abbreviated ("test avg ppl: nan";
+            # PaddlePaddle/Paddle#11659)
+            r"\bloss:? \[[^\]\n]*?(?<![\w.])-?nan\b",
+            r"\bppl: -?nan\b",
             # (round 18) TRL's preference trainers (DPO, KTO, ORPO, CPO) log the policy's
             # log-probabilities and logits per batch ("'logps/chosen': nan, 'logits/rejected':
             # nan"): NaN there is the model's output gone NaN, whatever the loss shows
@@ -1870,9 +1890,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bCall to cu\w+ results in (?:CUDA_ERROR_(?!OUT_OF_MEMORY)[A-Z_]+"
             r"|UNKNOWN_CUDA_ERROR)",
             r"CUDA_ERROR_(?:ILLEGAL_ADDRESS|MISALIGNED_ADDRESS|LAUNCH_FAILED|ILLEGAL_INSTRUCTION"
-            r"|HARDWARE_STACK_ERROR|ECC_UNCORRECTABLE|ASSERT)\b",
+            r"|HARDWARE_STACK_ERROR|ECC_UNCORRECTABLE|ASSERT|LAUNCH_TIMEOUT)\b",
+            # (round 58, tune55: and a kernel the display watchdog ended, cudaErrorLaunchTimeout,
+            # 702, sticky as the others; Jittor/jittor#35)
             r"cudaError(?:IllegalAddress|MisalignedAddress|LaunchFailure|IllegalInstruction"
-            r"|HardwareStackError|ECCUncorrectable|Assert)\b",
+            r"|HardwareStackError|ECCUncorrectable|Assert|LaunchTimeout)\b",
             r"cudaSuccess \((?!2 )\d+ vs\. 0\)",
             r"\berror == cudaSuccess\. (?!2 )\d+ vs 0\b",  # (round 13) Caffe2's CUDA_ENFORCE
             r"THCudaCheck FAIL file=\S+ line=\d+ error=(?!2 )\d+ :",
@@ -2201,6 +2223,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # environment, though the rendezvous frames above it are torch.distributed's
             # (cocktailpeanut/fluxgym#302)
             r"use_libuv was requested but PyTorch was buil[dt] without libuv support",
+            # (round 58, tune55) vLLM's NCCL wrapper on a library it cannot load, which it
+            # logs and re-raises (distributed/device_communicators/pynccl_wrapper.py: "Failed
+            # to load NCCL library from <path>. It is expected if you are not running on
+            # NVIDIA/AMD GPUs."): the environment's library path (VLLM_NCCL_SO_PATH), not the
+            # network (huggingface/trl#3925)
+            r"Failed to load NCCL library from \S+\. It is expected if you are not running on",
             # (round 57, tune54) Caffe's solver checking at start-up that it can write its
             # snapshots (solver.cpp CheckSnapshotWritePermissions: "Cannot write to snapshot
             # prefix 'models/train'.  Make sure that the directory exists and is writeable.",
@@ -2356,6 +2384,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # command ("71885 Killed                  PYTHONPATH=. python -m kauldron.main ...",
     # google-deepmind/gemma#431)
     (re.compile(r"^\s*\d+ Killed {2,}\S"), 9),
+    # (round 58, tune55) Horovod's runner on a rank that exited 137, 128 + SIGKILL, the
+    # status a shell gives a killed child ("Process 0 exit with status code 137.",
+    # horovod/horovod#3472)
+    (re.compile(r"\bProcess \d+ exit with status code 137\b"), 9),
     (re.compile(r"^zsh: killed\b"), 9),
     # (round 32, tune29) the signal's name alone on the last line, as a task manager or a
     # notebook host prints the end of the process it killed (pytorch/xla#4863: "the script
@@ -2406,7 +2438,10 @@ def rank_exit_from_text(lines: Iterable[str]) -> int | None:
 # A Python exception line: "KeyError: 'labels'", "torch.distributed.DistBackendError: ...",
 # "AssertionError" (bare). At the start of the body, or glued after a tqdm bar's "]", or
 # (round 54) after a wrapper's "Error: " tag ("Error: KeyError: 'ResNet is not in the model
-# registry. ...'", open-mmlab/mmpretrain#1498).
+# registry. ...'", open-mmlab/mmpretrain#1498). (Round 58) TF 1.x's session re-raises an op's
+# error with "(see above for traceback)" between its class and its message
+# ("InvalidArgumentError (see above for traceback): Not enough time for target transition
+# sequence (required: 64, available: 39)", nl8590687/ASRT_SpeechRecognition#32).
 # (round 27) A traceback's echoed source line with the exception run on after it, no line
 # end between: stderr's unbuffered exception text interleaved with its buffered frames
 # ("    main(args)RuntimeError:  [!] NaN loss with decoder_loss.", mozilla/TTS#668). A
@@ -2414,7 +2449,8 @@ def rank_exit_from_text(lines: Iterable[str]) -> int | None:
 _GLUED_EXC = re.compile(r"[)\]]((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
 _EXC_LINE = re.compile(
     r"(?:^|(?<=\])|(?<=^Error: )|(?<=^ERROR: ))"
-    r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception))(?::\s|:?\s*$)"
+    r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception))"
+    r"(?: \(see above for traceback\))?(?::\s|:?\s*$)"
 )
 # Exception lines that say "a child failed" without saying why: the child's own output says it
 # (the innermost cause of a launcher's chained traceback is the child's exception). And
@@ -2651,6 +2687,9 @@ _INDENTED_MESSAGE = re.compile(
     r"size mismatch for(?: \S+: copying a param with shape|\s*$)"
     r"|grad_scale is too small, exiting: \d"
     r"|If you see this error, it means that the gradient scale is too small"
+    # (round 58) TF's failing node under its error message, indented with a tab ("\t
+    # [[Node: save/Assign_13 = Assign[...]]"): no Python line starts "[[Node:"
+    r"|\[\[(?:Node: |\{\{node )"
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
