@@ -1511,7 +1511,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # RestoreV2}}]]"): those ops run only to restore a checkpoint, so their failure is
             # the checkpoint not fitting the graph (balancap/SSD-Tensorflow#88). The save
             # side's SaveV2 is a write, not read here
-            r"\[\[(?:Node: |\{\{node )save(?:_\d+)?/(?:Assign|RestoreV2)(?:_\d+)?\b",
+            # (round 59, tune56: TF 1.14+'s "[[node save/Assign_382 (defined at network.py:79)
+            # ]]", hellochick/ICNet-tensorflow#128)
+            r"\[\[(?:Node: |\{\{node |node )save(?:_\d+)?/(?:Assign|RestoreV2)(?:_\d+)?\b",
             # (round 17) Megatron-LM's checkpointing.load_checkpoint, and SwissArmyTransformer's
             # copy of it, printing a KeyError as "Unable to load optimizer from checkpoint X.
             # Specify --no-load-optim or --finetune to prevent attempting to load the optimizer
@@ -1614,6 +1616,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # from the RL model"; NaN observations come from the environment, not this),
             # hill-a/stable-baselines#693
             r"\bfound (?:nan|inf) in actions\b",
+            # (round 59, tune56) scikit-neuralnetwork's trainer on a NaN loss (sknn/mlp.py:
+            # "RuntimeError: Training diverged and returned NaN.", aigamedev/scikit-neuralnetwork
+            # #207)
+            r"\bTraining diverged and returned NaN\b",
             # (round 56, tune53) darknet's per-iteration line with the loss and its running
             # average both NaN (detector.c: "%d: %f, %f avg loss, %f rate, ..."; pjreddie's
             # "%f avg,"; glibc prints "-nan"): the average never recovers
@@ -2229,6 +2235,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # NVIDIA/AMD GPUs."): the environment's library path (VLLM_NCCL_SO_PATH), not the
             # network (huggingface/trl#3925)
             r"Failed to load NCCL library from \S+\. It is expected if you are not running on",
+            # (round 59, tune56) MXNet built without the distributed key-value store, asked for
+            # one (src/kvstore/kvstore.cc: "compile with USE_DIST_KVSTORE=1 to use dist_sync",
+            # apache/mxnet#5297): the installed build, not the network
+            r"\bcompile with USE_DIST_KVSTORE=1 to use\b",
             # (round 57, tune54) Caffe's solver checking at start-up that it can write its
             # snapshots (solver.cpp CheckSnapshotWritePermissions: "Cannot write to snapshot
             # prefix 'models/train'.  Make sure that the directory exists and is writeable.",
@@ -2689,7 +2699,7 @@ _INDENTED_MESSAGE = re.compile(
     r"|If you see this error, it means that the gradient scale is too small"
     # (round 58) TF's failing node under its error message, indented with a tab ("\t
     # [[Node: save/Assign_13 = Assign[...]]"): no Python line starts "[[Node:"
-    r"|\[\[(?:Node: |\{\{node )"
+    r"|\[\[(?:Node: |\{\{node |node )"
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
