@@ -85,8 +85,9 @@ def test_round56_messages(text: str, expected: FailureKind) -> None:
             "E0727 11:38:35.76 22857 tcp_server_posix.c:284] bind addr=[::]:80: Permission denied",
             K.USER_CODE_ERROR,
         ),
-        # a count of bus errors in a hardware report is no process's death
+        # a count of bus errors in a hardware report is no process's death, nor a setting
         ("PCIe Bus errors: 0", K.HOST_OOM),
+        ("Bus error handling: enabled", K.HOST_OOM),
         # device memory that was allocated is no failure
         ("Allocated 147865600 bytes of device memory for the model", K.CUDA_OOM),
     ],

@@ -2626,7 +2626,10 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     # between processes (a container's 64 MiB default), which the corpus counts as host
     # memory; a truncated memory-mapped file or a hardware fault raise it too, so it explains
     # only a death nothing else explains (facebookresearch/PyTorch-BigGraph#33)
-    (FailureKind.HOST_OOM, re.compile(r"(?:^|\s\d+ )Bus error(?: \(core dumped\))?(?=\s|$)")),
+    (
+        FailureKind.HOST_OOM,
+        re.compile(r"^Bus error(?: \(core dumped\))?\s*$|\s\d+ Bus error(?: \(core dumped\))?\s"),
+    ),
 )
 # (issue 12, round 6) What users write when they paste no log line for a host memory death:
 # "I keep hitting a point where I run out of RAM and the process is Killed", 'I get the
