@@ -333,6 +333,10 @@ _TRIGGERS: tuple[str, ...] = (
     # prints often)
     "File ",
     ".py in ",
+    ".py](",  # (round 60) Colab's copy of IPython 7's frame: "[/x.py](https://...) in f(...)"
+    "nable to load weights from",  # transformers' message wrapped before its "OSError"
+    "exit-on-missing-checkpoint",  # Megatron's ">> '--exit-on-missing-checkpoint' set ..."
+    "cudaSuccess (",  # mshadow's "Check failed: err == cudaSuccess (8 vs. 0)" (no "rror")
     "│ /",
     # -- issue 12, round 5 (tune3): messages printed without "Error" on the line. Each shares
     # its first character with a trigger above (cheap, see above): TensorFlow's
@@ -589,6 +593,10 @@ _PORT_HELD = (
     # runtime, ps-lite over gRPC): "tcp_server_posix.c:284] bind addr=[::]:2223: Address
     # already in use" (tensorflow/tensorflow#3517)
     r"\bbind addr=\S+: Address already in use",
+    # (round 60, tune57) ... and newer gRPC's error as its JSON tree prints it ("description":
+    # "Address already in use","errno":98,...,"syscall":"bind"; intel/confidential-computing-
+    # zoo#316, TF's federated learning server)
+    r"\"description\":\"Address already in use\",\"errno\":98\b",
 )
 
 
@@ -913,7 +921,8 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # THError("$ Torch: not enough memory: you tried to allocate %dGB. Buy new RAM!")
             # after malloc failed (and its GC retry); MAGMA's pinned buffers reuse the words:
             # host memory either way (shmsw25/single-hop-rc#2, CETC-TFAI/MaCA#20)
-            r"Torch: not enough memory: you tried to allocate \d+GB",
+            # (round 60, tune57: and THRealloc's "you tried to reallocate %dGB", torch/torch7#942)
+            r"Torch: not enough memory: you tried to (?:re)?allocate \d+GB",
             r"Fail to alloc memory of \d+ size, error code is 12",  # Paddle, CPU side
             # strerror(ENOMEM), with or without "[Errno 12]". (Round 33, tune30: not libfabric's
             # provider set-up under oneCCL, "|CCL_ERROR| atl_ofi_helper.cpp:1204 ...
@@ -1521,6 +1530,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the RNG states) and calling sys.exit(): the checkpoint lacks what a resume reads
             # (THUDM/SwissArmyTransformer#137)
             r"Specify --no-load-(?:optim|rng) or --finetune to prevent attempting to load",
+            # (round 60, tune57) ... and Megatron's load_checkpoint finding no checkpoint where
+            # the job asked it to require one (training/checkpointing.py: ">> '--exit-on-
+            # missing-checkpoint' set ... exiting. <<", then sys.exit; modelscope/ms-swift#6471)
+            r"'--exit-on-missing-checkpoint' set \.\.\. exiting",
             # (round 36, tune33) TF's Saver.restore on a prefix with no checkpoint files
             # (training/saver.py: "ValueError: The passed save_path is not a valid checkpoint:
             # Data/checkpoint/gcn.ckpt", nywang16/Pixel2Mesh#106) and Caffe's restore of a
@@ -1533,8 +1546,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 13: also "file signature not found", HDF5's word for a file that is not
             # HDF5 or was cut to nothing: a Keras load_weights on a save that was interrupted,
             # experiencor/keras-yolo3#24)
+            # (round 60, tune57: and HDF5 < 1.10's words for it, "Unable to open file (Unable to
+            # find a valid file signature)", under Keras's load_weights;
+            # fchollet/deep-learning-models#64)
             r"Unable to (?:synchronously )?open file \((?:truncated file: eof = \d+"
-            r"|file signature not found\))",
+            r"|file signature not found\)|Unable to find a valid file signature\))",
             # -- issue 12, round 7: torch optim/optimizer.py Optimizer.load_state_dict's own
             # checks, also as bitsandbytes' optimizers copy them ("loaded state dict contains a
             # parameter group that doesn't match the size of optimizer's group", "loaded state
@@ -1620,6 +1636,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "RuntimeError: Training diverged and returned NaN.", aigamedev/scikit-neuralnetwork
             # #207)
             r"\bTraining diverged and returned NaN\b",
+            # (round 60, tune57) FermiNet's per-step line, the loss being the energy in hartree
+            # (train.py: "Step %05d: %03.4f E_h, variance=%03.4f E_h^2, pmove=%0.2f"), NaN
+            # (google-deepmind/ferminet#57)
+            r"\bStep \d+: -?nan E_h\b",
             # (round 56, tune53) darknet's per-iteration line with the loss and its running
             # average both NaN (detector.c: "%d: %f, %f avg loss, %f rate, ..."; pjreddie's
             # "%f avg,"; glibc prints "-nan"): the average never recovers

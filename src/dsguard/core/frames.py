@@ -52,9 +52,13 @@ _PLAIN_CUT = re.compile(
 _RICH = re.compile(r"\s*│\s*(\S+\.pyw?):\d+(?: in ([\w<>.]+))?")
 # IPython 8 ("File ~/lib/python3.10/site-packages/torch/serialization.py:789, in load(f, ...)")
 # and IPython 7 ("~/.local/lib/python3.7/site-packages/torch/serialization.py in load(f, ...)"),
-# as Jupyter and Colab print them
+# as Jupyter and Colab print them. (Round 60, tune57: Colab's IPython 7 frame as its page
+# copies it, the path a Markdown link: "[/usr/local/lib/python3.8/dist-packages/
+# pytorch_lightning/utilities/migration/migration.py](https://localhost:8080/#) in
+# _migrate_loop_global_step_to_progress_tracking(checkpoint)", sweetcocoa/pop2piano#15.)
 _IPYTHON = re.compile(
-    r"\s*(?:File ([~/]\S*?\.pyw?|[A-Za-z]:\\\S*?\.pyw?):\d+, in |([~/]\S*?\.pyw?) in )([\w<>.]+)\("
+    r"\s*(?:File ([~/]\S*?\.pyw?|[A-Za-z]:\\\S*?\.pyw?):\d+, in "
+    r"|\[?([~/]\S*?\.pyw?)(?:\]\(\S*?\))? in )([\w<>.]+)\("
 )
 
 _SLASHES = re.compile(r"/{2,}")  # a doubled "\\\\" (JSON-escaped error files print paths so)
@@ -419,6 +423,16 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         ),
         None,
         _CHECKPOINT_EXC | {"TypeError", "IndexError"},
+    ),
+    # (round 60, tune57) Lightning's checkpoint migration (utilities/migration/, which
+    # upgrades a loaded checkpoint's dict from an older release: "KeyError: 'global_step'" in
+    # _migrate_loop_global_step_to_progress_tracking, a checkpoint without the keys a
+    # Lightning checkpoint has; sweetcocoa/pop2piano#15): it only ever reads a saved run
+    (
+        "checkpoint_error",
+        re.compile(r"/(?:pytorch_)?lightning/(?:pytorch/)?utilities/migration/\w+\.py$"),
+        None,
+        _CHECKPOINT_EXC,
     ),
     (
         "checkpoint_error",
