@@ -444,8 +444,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune57": (1.0, 0),
     # tune58 (46 logs, the even half of round 60's gathering, kept staged and unread until
     # round 60's rules were frozen at e46e341, then scored once on them): 41/46 = 89.1%
-    # (unknown 10.9%), its record as a held-out set; a tuning set since round 61.
-    "tune58": (0.891, 5),
+    # (unknown 10.9%), its record as a held-out set; a tuning set since round 61, whose rules
+    # took it to 45/46. Left: clab/dynet#132, "dynet is out of memory, try increasing with
+    # --dynet-mem" (a pool sized by a flag, on a device the line does not name).
+    "tune58": (0.978, 1),
 }
 
 

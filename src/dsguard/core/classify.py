@@ -337,6 +337,8 @@ _TRIGGERS: tuple[str, ...] = (
     "nable to load weights from",  # transformers' message wrapped before its "OSError"
     "exit-on-missing-checkpoint",  # Megatron's ">> '--exit-on-missing-checkpoint' set ..."
     "cudaSuccess (",  # mshadow's "Check failed: err == cudaSuccess (8 vs. 0)" (no "rror")
+    "Weights only load failed",  # torch >= 2.6's torch.load message, its first line alone
+    "by signal ",  # xargs' "xargs: /venv/bin/python: terminated by signal 9"
     "│ /",
     # -- issue 12, round 5 (tune3): messages printed without "Error" on the line. Each shares
     # its first character with a trigger above (cheap, see above): TensorFlow's
@@ -593,10 +595,11 @@ _PORT_HELD = (
     # runtime, ps-lite over gRPC): "tcp_server_posix.c:284] bind addr=[::]:2223: Address
     # already in use" (tensorflow/tensorflow#3517)
     r"\bbind addr=\S+: Address already in use",
-    # (round 60, tune57) ... and newer gRPC's error as its JSON tree prints it ("description":
-    # "Address already in use","errno":98,...,"syscall":"bind"; intel/confidential-computing-
-    # zoo#316, TF's federated learning server)
-    r"\"description\":\"Address already in use\",\"errno\":98\b",
+    # (round 60, tune57) ... and newer gRPC's error as its JSON tree prints it (..."errno":98,
+    # ... "os_error":"Address already in use","syscall":"bind"; intel/confidential-computing-
+    # zoo#316, TF's federated learning server; round 61, tune58: macOS's errno 48 under the
+    # same words, openai/universe-starter-agent#95)
+    r"\"os_error\":\"Address already in use\",\"syscall\":\"bind\"",
 )
 
 
@@ -923,6 +926,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # host memory either way (shmsw25/single-hop-rc#2, CETC-TFAI/MaCA#20)
             # (round 60, tune57: and THRealloc's "you tried to reallocate %dGB", torch/torch7#942)
             r"Torch: not enough memory: you tried to (?:re)?allocate \d+GB",
+            # (round 61, tune58) a job platform's report of the kernel's kill (PAI/EasyRec:
+            # 'The job has been killed by "OOM Killer", please check your job's memory usage.',
+            # alibaba/EasyRec#60)
+            r"\bkilled by \"?OOM Killer\"?",
             r"Fail to alloc memory of \d+ size, error code is 12",  # Paddle, CPU side
             # strerror(ENOMEM), with or without "[Errno 12]". (Round 33, tune30: not libfabric's
             # provider set-up under oneCCL, "|CCL_ERROR| atl_ofi_helper.cpp:1204 ...
@@ -2259,6 +2266,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # one (src/kvstore/kvstore.cc: "compile with USE_DIST_KVSTORE=1 to use dist_sync",
             # apache/mxnet#5297): the installed build, not the network
             r"\bcompile with USE_DIST_KVSTORE=1 to use\b",
+            # (round 61, tune58) ... and a CPU-only MXNet asked for a GPU (src/storage/
+            # storage.cc: "Compile with USE_CUDA=1 to enable GPU usage", awslabs/sockeye#206)
+            r"\bCompile with USE_CUDA=1 to enable GPU usage\b",
             # (round 57, tune54) Caffe's solver checking at start-up that it can write its
             # snapshots (solver.cpp CheckSnapshotWritePermissions: "Cannot write to snapshot
             # prefix 'models/train'.  Make sure that the directory exists and is writeable.",
@@ -2418,6 +2428,9 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # status a shell gives a killed child ("Process 0 exit with status code 137.",
     # horovod/horovod#3472)
     (re.compile(r"\bProcess \d+ exit with status code 137\b"), 9),
+    # (round 61, tune58) GNU xargs on a child a signal ended ("xargs: /worker/venv/bin/python:
+    # terminated by signal 9", alibaba/EasyRec#60)
+    (re.compile(r"^xargs: \S+: terminated by signal (\d+)"), None),
     (re.compile(r"^zsh: killed\b"), 9),
     # (round 32, tune29) the signal's name alone on the last line, as a task manager or a
     # notebook host prints the end of the process it killed (pytorch/xla#4863: "the script
