@@ -339,6 +339,7 @@ _TRIGGERS: tuple[str, ...] = (
     "cudaSuccess (",  # mshadow's "Check failed: err == cudaSuccess (8 vs. 0)" (no "rror")
     "Weights only load failed",  # torch >= 2.6's torch.load message, its first line alone
     "by signal ",  # xargs' "xargs: /venv/bin/python: terminated by signal 9"
+    "ncorrect length of history blobs",  # Caffe's solver-state restore check
     "│ /",
     # -- issue 12, round 5 (tune3): messages printed without "Error" on the line. Each shares
     # its first character with a trigger above (cheap, see above): TensorFlow's
@@ -848,6 +849,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # reduce your batch_size or data size!", Jittor/jittor#396; the CUDA errors of the
             # ranks' teardown follow it)
             r"\bCudaNdarray_\w+: allocation failed",
+            # (round 62, tune59) PhysX's GPU allocator under Isaac Gym ("PxgCudaDeviceMemory
+            # Allocator fail to allocate memory 339738624 bytes!! Result = 2", 2 being
+            # CUDA_ERROR_OUT_OF_MEMORY; the kernel failures after it are its consequence;
+            # Improbable-AI/walk-these-ways#20)
+            r"\bPxgCudaDeviceMemoryAllocator fail to allocate memory \d+ bytes",
             r"\bGPU memory is overflow, please reduce your batch_size",
             # (round 49, tune46) MindSpore's dynamic memory pool on the device, Ascend or GPU
             # (ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
@@ -1245,6 +1251,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # a JIT build that failed leaves no .so behind (DeepSpeed#7174, Baichuan-7B#116)
             r"(?:torch_extensions|deepspeed/ops)/\S*\.so: "
             r"(?:cannot open shared object file|undefined symbol)",
+            # (round 62, tune59) ... and an op's library by its name, or by a DeepSpeed symbol
+            # it lacks, where the paste elides the path ("ImportError: /.../async_io.so:
+            # undefined symbol: _ZN21deepspeed_io_handle_t18_create_io_op_desc...", an op
+            # builder that left out a source file; deepspeedai/DeepSpeed#7894)
+            r"\b(?:async_io|cpu_adam|cpu_adagrad|cpu_lion|fused_adam|fused_lamb|fused_lion)\.so: "
+            r"undefined symbol|\.so: undefined symbol: \w*deepspeed",
         ),
     ),
     (
@@ -1541,6 +1553,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the job asked it to require one (training/checkpointing.py: ">> '--exit-on-
             # missing-checkpoint' set ... exiting. <<", then sys.exit; modelscope/ms-swift#6471)
             r"'--exit-on-missing-checkpoint' set \.\.\. exiting",
+            # (round 62, tune59) Caffe restoring a solver state saved for another net (sgd_solver
+            # .cpp RestoreSolverStateFromBinaryProto: "Check failed: state.history_size() ==
+            # history_.size() (0 vs. 14) Incorrect length of history blobs.", BVLC/caffe#4181)
+            # and a solver state that is not there (io.cpp ReadProtoFromBinaryFile under
+            # Solver::Restore: "Check failed: fd != -1 (-1 vs. -1) File not found:
+            # numbers_iter.solverstate", pannous/caffe-speech-recognition#7)
+            r"\bIncorrect length of history blobs\b",
+            r"Check failed: fd != -1 \(-1 vs\. -1\) File not found: \S+\.solverstate\b",
             # (round 36, tune33) TF's Saver.restore on a prefix with no checkpoint files
             # (training/saver.py: "ValueError: The passed save_path is not a valid checkpoint:
             # Data/checkpoint/gcn.ckpt", nywang16/Pixel2Mesh#106) and Caffe's restore of a
@@ -2423,7 +2443,9 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # (round 57, tune54) ... pasted from its PID on, the status padded to a column before the
     # command ("71885 Killed                  PYTHONPATH=. python -m kauldron.main ...",
     # google-deepmind/gemma#431)
-    (re.compile(r"^\s*\d+ Killed {2,}\S"), 9),
+    # (round 62, tune59: and after a colon, as dash prints it, "./train.sh:  60: 11880 killed
+    # PYTHONPATH=...", jkjung-avt/hand-detection-tutorial#28)
+    (re.compile(r"(?:^|:)\s*\d+ [Kk]illed {2,}\S"), 9),
     # (round 58, tune55) Horovod's runner on a rank that exited 137, 128 + SIGKILL, the
     # status a shell gives a killed child ("Process 0 exit with status code 137.",
     # horovod/horovod#3472)

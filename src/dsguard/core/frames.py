@@ -424,6 +424,16 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         None,
         _CHECKPOINT_EXC | {"TypeError", "IndexError"},
     ),
+    # (round 62, tune59) Paddle's paddle.load (framework/io.py: load, _legacy_load,
+    # _load_selected_rows, _parse_load_result...), which only reads a saved file ("ValueError:
+    # (InvalidArgument) Only version 0 SelectedRows is supported.", a .pdparams cut short;
+    # PaddlePaddle/Paddle#56628)
+    (
+        "checkpoint_error",
+        re.compile(r"/paddle/framework/io\.py$"),
+        re.compile(r"_?\w*load\w*|_parse_load_result|_pickle_loads_mac|_unpack_saved_dict"),
+        _CHECKPOINT_EXC,
+    ),
     # (round 60, tune57) Lightning's checkpoint migration (utilities/migration/, which
     # upgrades a loaded checkpoint's dict from an older release: "KeyError: 'global_step'" in
     # _migrate_loop_global_step_to_progress_tracking, a checkpoint without the keys a
