@@ -2793,6 +2793,11 @@ _DIGIT = re.compile(r"\d")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _EOL = re.compile(r"[\r\n]")
 
+# (round 55, tune52) Ray's driver prints each worker's line behind "(<actor or task name>
+# pid=<pid>[, ip=<address>]) " (ray/_private/worker.py, print_worker_logs): a process, not a
+# rank ("(MegatronPolicyWorker pid=1480888, ip=172.28.127.67) TypeError: ...", NVIDIA-NeMo/RL
+# #1228). One home for its shape: _PREFIX peels it, _RAY_WORKER finds it peeled.
+_RAY_WORKER_PREFIX = r"\((?:[^()\s]+ )?pid=\d+(?:, ip=[^()\s]+)?\) ?"
 # Line prefixes that name a rank, peeled left to right (a pdsh host prefix can wrap a torch one).
 _PREFIX = re.compile(
     r"\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:"  # mpirun --tag-output: "[1,3]<stderr>:"
@@ -2802,17 +2807,12 @@ _PREFIX = re.compile(
     r"|(?P<anyrank>\[rank(?:[xXN*]|\{\w*\})\]: ?)"
     r"|(?P<num>\d{1,6}): "  # srun --label / launcher "3: "
     r"|(?P<host>[A-Za-z0-9][\w.-]*): "  # pdsh "worker-1: " (a host, not a rank)
-    # (round 55, tune52) Ray's driver prints each worker's line behind "(<actor or task name>
-    # pid=<pid>[, ip=<address>]) " (ray/_private/worker.py, print_worker_logs): a process, not
-    # a rank ("(MegatronPolicyWorker pid=1480888, ip=172.28.127.67) TypeError: ...",
-    # NVIDIA-NeMo/RL#1228); peeled so the worker's exception line starts its body
-    r"|(?P<ray>\((?:[^()\s]+ )?pid=\d+(?:, ip=[^()\s]+)?\) ?)"
+    # a Ray worker's prefix (a process, not a rank), peeled so the worker's exception line
+    # starts its body
+    rf"|(?P<ray>{_RAY_WORKER_PREFIX})"
 )
-# (round 55) Ray's log deduplication (RAY_DEDUP_LOGS, on by default) prints a line that many
-# workers printed once, with " [repeated 43x across cluster]" after it, and the first time
-# "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 ...)" after that: not the
-# worker's text, so it is cut off the body a rule reads.
-_RAY_WORKER = re.compile(r"\((?:[^()\s]+ )?pid=\d+(?:, ip=[^()\s]+)?\) ?$")
+# A line whose peeled prefixes end with a Ray worker's (_judge reads the prefix part of it)
+_RAY_WORKER = re.compile(_RAY_WORKER_PREFIX + "$")
 # (round 55) The exception classes Python itself raises for a mistake in the code that calls
 # (a wrong keyword or argument count, a missing attribute, name or module, a syntax error):
 # behind a Ray worker's prefix only these are read as the script's own error. Ray gathers many
@@ -2825,6 +2825,10 @@ _CODE_MISTAKES = frozenset(
         "SyntaxError", "IndentationError", "UnboundLocalError",
     }
 )  # fmt: skip
+# (round 55) Ray's log deduplication (RAY_DEDUP_LOGS, on by default) prints a line that many
+# workers printed once, with " [repeated 43x across cluster]" after it, and the first time
+# "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 ...)" after that: not the
+# worker's text, so it is cut off the body a rule reads.
 _RAY_DEDUP = re.compile(r" \[repeated \d+x across cluster\](?: \(Ray deduplicates logs .*\))?$")
 # A pdsh host prefix ("worker-1: ", "node07.cluster: ", "localhost: ") carries no rank, but
 # peeling it is what lets "worker-1: [rank3]: ..." find its rank and an echoed source line
