@@ -2870,7 +2870,7 @@ def _split_prefix(line: str) -> tuple[int | None, str]:
             rank = int(m.group("mpi") or m.group("role") or m.group("num"))
         pos = m.end()
     body = line[pos:]
-    if body.endswith("across cluster]") or "(Ray deduplicates" in body:
+    if "across cluster]" in body:  # one scan: the note, when there, follows this suffix
         body = _RAY_DEDUP.sub("", body)
     return rank, body
 
@@ -3545,10 +3545,11 @@ def _present_kinds(
         for kind, evs in by_kind.items()
         if kind in _RANK_OF and any(not ev.weak and not ev.sigkill for ev in evs)
     }
-    stops = [ev for ev in by_kind.get(FailureKind.KILLED_EXTERNALLY, ()) if not ev.sigkill]
+    stopped_or_killed = by_kind.get(FailureKind.KILLED_EXTERNALLY, ())
+    stops = [ev for ev in stopped_or_killed if not ev.sigkill]
     if (
         stops
-        and len(stops) < len(by_kind[FailureKind.KILLED_EXTERNALLY])
+        and any(ev.sigkill for ev in stopped_or_killed)
         and all(_TEARDOWN_SIGTERM.search(ev.text) for ev in stops)
     ):
         # (round 56) the launcher's SIGTERM to the ranks that survived one killed by SIGKILL
