@@ -43,10 +43,10 @@ def _score(group: str) -> Score:
 
 def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
-    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune59`` (each ``tuneN`` the held-out
+    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune60`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
-    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3`` and ``heldout61``."""
+    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2`` and
+    ``heldout3``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 3451
     assert len({c.label for c in failures}) == 12
@@ -455,6 +455,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # into a folder that does not exist (read as a full disk, the check's other cause), and
     # zitongbai/legged_lab#15, torch.normal's std check with no frame to say whose std it was.
     "tune59": (0.952, 0),
+    # tune60 (11 logs gathered by two helpers on a session's last look-ups while round 62's
+    # rules were written, merged after they froze at e2281d9 and scored once on them): 8/11 =
+    # 72.7% (unknown 27.3%), its record as a held-out set; a tuning set since round 64.
+    "tune60": (0.727, 3),
 }
 
 
@@ -494,26 +498,6 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
     return score([c for c in CASES if c.group in groups], with_probable=True)
 
 
-def test_heldout61_accuracy_floor() -> None:
-    """heldout61 (11 logs gathered by two helpers on the session's last look-ups while round
-    62's rules were written; scored once on the rules frozen at e2281d9): 8/11 = 72.7%
-    (unknown 27.3%); its record as a held-out set, held as a floor."""
-    s = _score("heldout61")
-    assert s.accuracy >= 0.727 and s.predicted("unknown") <= 3
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 target not met: 72.7% (unknown 27.3%) on the fresh heldout61",
-)
-def test_the_fresh_set_meets_the_accuracy_and_unknown_targets() -> None:
-    """The issue's accuracy targets on the newest held-out set, scored once on frozen rules:
-    >= 95% right and ``unknown`` below 3% (heldout61: 72.7%, 27.3%; every fresh set's
-    record is in bench/RESULTS.md). Which logs were missed is not read (a held-out set)."""
-    s = _score("heldout61")
-    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
-
-
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
@@ -522,14 +506,8 @@ def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> Non
     round since they were gathered (never read, never written from), so this figure leans on
     sets that are no longer fresh: the issue's targets are judged on the newest set, scored
     once (bench/RESULTS.md)."""
-    s = _with_probable(HELDOUT[:3])
+    s = _with_probable(HELDOUT)
     assert s.accuracy >= 0.976 and s.predicted("unknown") / s.n < 0.03
-
-
-def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
-    """heldout61 read with the probable kind: 10/11 = 90.9%, nothing named 0; floors there."""
-    s = _with_probable(("heldout61",))
-    assert s.accuracy >= 0.909 and s.predicted("unknown") <= 0
 
 
 #: Sets on which the probable kind names an OOM for a user error (a strict xfail each). None
