@@ -854,6 +854,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # CUDA_ERROR_OUT_OF_MEMORY; the kernel failures after it are its consequence;
             # Improbable-AI/walk-these-ways#20)
             r"\bPxgCudaDeviceMemoryAllocator fail to allocate memory \d+ bytes",
+            # (round 64, tune60) Marian's CUDA_CHECK (src/tensors/gpu/cuda_helpers.h: ABORT_IF(rc
+            # != cudaSuccess, "CUDA error {} '{}' - {}:{}: {}", rc, cudaGetErrorString(rc), ...),
+            # "Error: CUDA error 2 'out of memory' - .../device.cu:32: cudaMalloc(&data_, size)",
+            # marian-nmt/marian-dev#439), and the gpuAssert helper many CUDA codebases copy
+            # (fprintf(stderr, "GPUassert: %s %s %d\n", cudaGetErrorString(code), file, line);
+            # older Marian's "GPUassert: out of memory .../device_gpu.cu 32", marian-nmt/marian
+            # #120): the runtime's text for cudaErrorMemoryAllocation in either format
+            r"\bCUDA error \d+ 'out of memory'",
+            r"\bGPUassert: out of memory\b",
             r"\bGPU memory is overflow, please reduce your batch_size",
             # (round 49, tune46) MindSpore's dynamic memory pool on the device, Ascend or GPU
             # (ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
@@ -2439,7 +2448,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
         9,
     ),
     (re.compile(r"已杀死"), 9),
-    (re.compile(r": line \d+: +\d+ (?:Killed|已杀死)"), 9),  # bash "line 1: 4242 Killed  python"
+    # bash "line 1: 4242 Killed  python"; (round 64, tune60) also with the status padded from
+    # the PID, a subshell's command in parentheses ("bash: line 1:  227304  Killed
+    # (gmm-latgen-faster ...)", kaldi-asr/kaldi#3751)
+    (re.compile(r": line \d+: +\d+ +(?:Killed|已杀死)"), 9),
     # (round 57, tune54) ... pasted from its PID on, the status padded to a column before the
     # command ("71885 Killed                  PYTHONPATH=. python -m kauldron.main ...",
     # google-deepmind/gemma#431)
