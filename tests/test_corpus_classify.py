@@ -463,8 +463,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # tune61 (37 logs, the odd half of h65a-d's staged lines, gathered by eight helpers while
     # round 64's rules were written, merged after they froze at 2379a60 and scored once on
     # them): 29/37 = 78.4% (unknown 13.5%), its record as a held-out set; a tuning set since
-    # round 65.
-    "tune61": (0.783, 5),
+    # round 65, whose rules took it to 34/37. Left: msr-fiddle/pipedream#76 (a SIGBUS whose
+    # backtrace lies in libnccl), qqwweee/keras-yolo3#199 (TF's OOM, its device cut by the
+    # paste) and deepinsight/insightface#1808 (a project's own loader raising KeyError).
+    "tune61": (0.918, 2),
 }
 
 

@@ -285,6 +285,7 @@ _TRIGGERS: tuple[str, ...] = (
     "node save",  # ... as TF >= 1.13 names it: "[[{{node save/RestoreV2}}]]"
     "exit with status code",  # Horovod's runner: "Process 0 exit with status code 137."
     "Failed to load NCCL library",  # vLLM's pynccl_wrapper, logged as "ERROR" (no "rror")
+    "not available in this library",  # libtpu's loader: "F ...] <fn> not available in this ..."
     "nan",  # "loss: nan", "grad_norm': nan", "returned nan values", "nan iterations"
     "NaN",  # "NaN loss", "Loss is NaN"
     "inf,",  # "'loss': inf,"
@@ -608,11 +609,22 @@ _PORT_HELD = (
 #: ("invalid usage", ncclInvalidUsage, a DistBackendError) is its consequence.
 _DUPLICATE_GPU = r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device"
 _DUPLICATE_GPU_RX = re.compile(_DUPLICATE_GPU)
+#: (round 65) CUDA's cudaErrorInvalidDevice as torch raises it ("RuntimeError: CUDA error:
+#: invalid device ordinal"; pre-1.0 THC: "cuda runtime error (10) : invalid device ordinal",
+#: "THCudaCheck FAIL file=... error=10 : invalid device ordinal"): a rank asked for a device
+#: index the process cannot see (more ranks than visible GPUs, a --gpu id or
+#: CUDA_VISIBLE_DEVICES that names none; HRNet/HRNet-Semantic-Segmentation#171, from
+#: torch.cuda.set_device(args.local_rank)). The launch's fault, not the GPU's: an unchanged
+#: retry asks for the same index, and the peers' NCCL failures that follow are its consequence.
+_NO_SUCH_DEVICE = (
+    r"(?:(?i:cuda|hip) error: |cuda runtime error \(\d+\) : |error=\d+ : )invalid device ordinal"
+)
+_NO_SUCH_DEVICE_RX = re.compile(_NO_SUCH_DEVICE)
 #: The user errors of the launch's environment that NCCL and c10d then report as failures of
-#: their own (a held port, two ranks on one GPU): where one is in the output, the
-#: communication-failure lines around it are its consequence, not a competing cause
-#: (_present_kinds), and an unchanged retry meets it again.
-_EXPLAINS_COMM_FAILURE = _rx(*_PORT_HELD, _DUPLICATE_GPU)
+#: their own (a held port, two ranks on one GPU, a rank on a GPU that is not there): where one
+#: is in the output, the communication-failure lines around it are its consequence, not a
+#: competing cause (_present_kinds), and an unchanged retry meets it again.
+_EXPLAINS_COMM_FAILURE = _rx(*_PORT_HELD, _DUPLICATE_GPU, _NO_SUCH_DEVICE)
 
 
 #: A compiler building an op that ran out of memory: its own allocation failure (gcc's xmalloc
@@ -863,6 +875,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # #120): the runtime's text for cudaErrorMemoryAllocation in either format
             r"\bCUDA error \d+ 'out of memory'",
             r"\bGPUassert: out of memory\b",
+            # (round 65, tune61) TensorFlow's copy to or from a GPU finding its destination
+            # tensor without a buffer (common_runtime/gpu/gpu_util.cc PrepareCopy: "Dst tensor
+            # is not initialized.", when the allocator could not give the destination its
+            # memory; "Failed copying input tensor from .../device:CPU:0 to .../device:GPU:0 in
+            # order to run _EagerConst: Dst tensor is not initialized." in TF 2.x; TF 1.x's
+            # "InternalError (see above for traceback): Dst tensor is not initialized.",
+            # naturomics/CapsNet-Tensorflow#39, where the maintainer lowered the batch)
+            r"\bDst tensor is not initialized\.",
             r"\bGPU memory is overflow, please reduce your batch_size",
             # (round 49, tune46) MindSpore's dynamic memory pool on the device, Ascend or GPU
             # (ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
@@ -1827,6 +1847,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bfind nan or inf===",
         ),
     ),
+    # (round 65) ahead of the CUDA faults, whose "CUDA error:" and "cuda runtime error (N)"
+    # rules would take the line: a device index that does not exist is the launch's error
+    (FailureKind.USER_CODE_ERROR, _rx(_NO_SUCH_DEVICE)),
     (
         FailureKind.CUDA_FATAL,
         _rx(
@@ -2241,7 +2264,20 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Only Unavailable: StartAbort also reports an input pipeline's end ("Out of range:
             # End of sequence", harmless) and any op's error ("Invalid argument: ...")
             r"\bAborting \w+ with Unavailable: ",
+            # (round 65, tune61) CuPy's NCCL binding on a failed call (cupy_backends/cuda/libs/
+            # nccl.pyx: NcclError(status), "%s: %s" % (ERROR2[status], ncclGetErrorString),
+            # "NcclError: NCCL_ERROR_UNHANDLED_CUDA_ERROR: unhandled cuda error"), also as Ray
+            # re-raises it from a worker ("ray.exceptions.RayTaskError(NcclError): ray::
+            # MeshHostWorker.init_p2p_communicator()", Alpa; alpa-projects/alpa#937)
+            r"\bNcclError: NCCL_ERROR_[A-Z_]+: ",
+            r"\bRayTaskError\(NcclError\)",
             r"\bStartAbort Unavailable: ",
+            # (round 65, tune61) ... and its deadline on a peer's RPC, as newer TF names the
+            # status ("BaseCollectiveExecutor::StartAbort DEADLINE_EXCEEDED: Deadline Exceeded",
+            # then "Additional GRPC error information from remote target /job:worker/...";
+            # tensorflow/tensorflow#60706, MultiWorkerMirroredStrategy's workers not reaching
+            # each other)
+            r"\bStartAbort (?:DEADLINE_EXCEEDED|Deadline exceeded): ",
             # An NCCL call a framework names with NCCL's ncclGetErrorString after it: (round 37,
             # tune34) XLA's (JAX, TF-XLA) "NCCL operation ncclCommInitRank(&comm, nranks, id,
             # rank) failed: internal error - please report this issue to the NCCL developers.
@@ -2298,6 +2334,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 61, tune58) ... and a CPU-only MXNet asked for a GPU (src/storage/
             # storage.cc: "Compile with USE_CUDA=1 to enable GPU usage", awslabs/sockeye#206)
             r"\bCompile with USE_CUDA=1 to enable GPU usage\b",
+            # (round 65, tune61) TensorFlow's (and jaxlib's) loader of libtpu finding a function
+            # it needs missing (core/tpu/tpu_api_dlsym_set_fn.h: LOG(FATAL) << #FnName " not
+            # available in this library."; "F .../tpu_library_init_fns.inc:104]
+            # TpuEmbeddingEngine_WriteParameters not available in this library.", then abort;
+            # kingoflolz/mesh-transformer-jax#202, jax and libtpu of different releases): the
+            # installed versions. Only the fatal form: older loaders log it at ERROR and go on
+            r"\bF \S*tpu_library_init_fns\.inc:\d+\] \w+ not available in this library",
             # (round 57, tune54) Caffe's solver checking at start-up that it can write its
             # snapshots (solver.cpp CheckSnapshotWritePermissions: "Cannot write to snapshot
             # prefix 'models/train'.  Make sure that the directory exists and is writeable.",
@@ -3658,6 +3701,12 @@ def _hint(kind: FailureKind, lead: Sequence[Evidence]) -> str | None:
         return (
             "two ranks of the job are on one GPU: give each rank its own device (the launcher's "
             "LOCAL_RANK and torch.cuda.set_device, CUDA_VISIBLE_DEVICES, each node's machine rank)"
+        )
+    if any(_NO_SUCH_DEVICE_RX.search(ev.text) for ev in lead):
+        # (round 65) a rank asked for a GPU the process cannot see: a retry asks again
+        return (
+            "a rank asked for a GPU that is not visible: launch no more ranks than GPUs "
+            "(nproc_per_node, --num_gpus) and check CUDA_VISIBLE_DEVICES and the GPU ids given"
         )
     for ev in lead:
         m = _ARGPARSE.search(ev.text)
