@@ -14,7 +14,8 @@ Three sets, scored separately:
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
   ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record); ``heldout63``
   (35 logs, the even half of h65a-d's staged lines, gathered by eight helpers while round
-  64's rules were written: the fresh set);
+  64's rules were written: the fresh set) and ``heldout64`` (43 logs, h65e-h's odd lines,
+  scored once on the same rules: a fresh set without a twin among the tuning splits);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -281,7 +282,7 @@ TUNING_SETS = (
     "tune60",
     "tune61",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout63")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout63", "heldout64")
 
 
 def run(quick: bool = False) -> dict[str, Any]:

@@ -46,9 +46,9 @@ def test_corpus_is_real_and_split() -> None:
     tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune61`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
     rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3`` and ``heldout63``."""
+    ``heldout3``, ``heldout63`` and ``heldout64``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 3523
+    assert len(failures) >= 3566
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -524,6 +524,26 @@ def test_the_fresh_set_meets_the_accuracy_and_unknown_targets() -> None:
     assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
+def test_heldout64_accuracy_floor() -> None:
+    """heldout64 (43 logs, h65e-h's odd staged lines; scored once on the rules frozen at
+    aae20a0, as heldout63 was, before any rule was written from heldout63): 35/43 = 81.4%
+    (unknown 18.6%); its record as a held-out set, held as a floor."""
+    s = _score("heldout64")
+    assert s.accuracy >= 0.813 and s.predicted("unknown") <= 8
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 target not met: 81.4% (unknown 18.6%) on the fresh heldout64",
+)
+def test_heldout64_meets_the_accuracy_and_unknown_targets() -> None:
+    """The issue's targets on heldout64, the fresh set without a twin among the tuning splits,
+    scored once on the rules that met them on heldout63 (81.4%, 18.6%). Which logs were
+    missed is not read (a held-out set)."""
+    s = _score("heldout64")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
@@ -540,6 +560,12 @@ def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
     """heldout63 read with the probable kind: 34/35 = 97.1%, nothing named 0; floors there."""
     s = _with_probable(("heldout63",))
     assert s.accuracy >= 0.971 and s.predicted("unknown") <= 0
+
+
+def test_heldout64_with_the_probable_kind_holds_its_once_score() -> None:
+    """heldout64 read with the probable kind: 37/43 = 86.0%, nothing named 4; floors there."""
+    s = _with_probable(("heldout64",))
+    assert s.accuracy >= 0.86 and s.predicted("unknown") <= 4
 
 
 #: Sets on which the probable kind names an OOM for a user error (a strict xfail each). None
