@@ -43,10 +43,10 @@ def _score(group: str) -> Score:
 
 def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
-    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune61`` (each ``tuneN`` the held-out
+    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune62`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
     rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3``, ``heldout63`` and ``heldout64``."""
+    ``heldout3`` and ``heldout64``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 3566
     assert len({c.label for c in failures}) == 12
@@ -467,6 +467,11 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # backtrace lies in libnccl), qqwweee/keras-yolo3#199 (TF's OOM, its device cut by the
     # paste) and deepinsight/insightface#1808 (a project's own loader raising KeyError).
     "tune61": (0.918, 2),
+    # tune62 (35 logs, the even half of h65a-d's staged lines, kept staged and unread until
+    # round 65's rules were frozen at aae20a0, then scored once on them): 34/35 = 97.1%
+    # (unknown 0), both of the issue's targets met (its twin half, tune61, fed those rules;
+    # heldout64, without a twin, read 35/43 on them); a tuning set since round 66.
+    "tune62": (0.971, 0),
 }
 
 
@@ -506,24 +511,6 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
     return score([c for c in CASES if c.group in groups], with_probable=True)
 
 
-def test_heldout63_accuracy_floor() -> None:
-    """heldout63 (35 logs, the even half of h65a-d's staged lines, gathered by eight helpers
-    while round 64's rules were written; scored once on the rules frozen at aae20a0): 34/35 =
-    97.1% (unknown 0.0%); its record as a held-out set, held as a floor."""
-    s = _score("heldout63")
-    assert s.accuracy >= 0.971 and s.predicted("unknown") <= 0
-
-
-def test_the_fresh_set_meets_the_accuracy_and_unknown_targets() -> None:
-    """The issue's accuracy targets on the newest held-out set, scored once on frozen rules:
-    >= 95% right and ``unknown`` below 3% (heldout63: 97.1%, 0.0%, the first set of this
-    gathering to meet both; its twin half, tune61, fed the rules it was scored on, see the
-    corpus README; every fresh set's record is in bench/RESULTS.md). Which logs were missed is
-    not read (a held-out set)."""
-    s = _score("heldout63")
-    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
-
-
 def test_heldout64_accuracy_floor() -> None:
     """heldout64 (43 logs, h65e-h's odd staged lines; scored once on the rules frozen at
     aae20a0, as heldout63 was, before any rule was written from heldout63): 35/43 = 81.4%
@@ -547,19 +534,13 @@ def test_heldout64_meets_the_accuracy_and_unknown_targets() -> None:
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
-    held-out sets (296 logs): 289 right (97.6%), no kind named for 2 (0.7%); the rules alone:
+    held-out sets (296 logs): 289 right (97.6%), no kind named for 3 (1.0%); the rules alone:
     277 (93.6%), unknown 5.1%. Floors at those figures. The three sets have been scored every
     round since they were gathered (never read, never written from), so this figure leans on
     sets that are no longer fresh: the issue's targets are judged on the newest set, scored
     once (bench/RESULTS.md)."""
     s = _with_probable(HELDOUT[:3])
     assert s.accuracy >= 0.976 and s.predicted("unknown") / s.n < 0.03
-
-
-def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
-    """heldout63 read with the probable kind: 34/35 = 97.1%, nothing named 0; floors there."""
-    s = _with_probable(("heldout63",))
-    assert s.accuracy >= 0.971 and s.predicted("unknown") <= 0
 
 
 def test_heldout64_with_the_probable_kind_holds_its_once_score() -> None:
