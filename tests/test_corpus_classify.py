@@ -470,8 +470,9 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # tune62 (35 logs, the even half of h65a-d's staged lines, kept staged and unread until
     # round 65's rules were frozen at aae20a0, then scored once on them): 34/35 = 97.1%
     # (unknown 0), both of the issue's targets met (its twin half, tune61, fed those rules;
-    # heldout64, without a twin, read 35/43 on them); a tuning set since round 66.
-    "tune62": (0.971, 0),
+    # heldout64, without a twin, read 35/43 on them); a tuning set since round 66, whose
+    # rules took it to 35/35.
+    "tune62": (1.0, 0),
 }
 
 

@@ -2607,6 +2607,14 @@ _QUOTED_EXC = re.compile(
     r"(?:^>[>\s]*|^\*\*\s*|[`(\"“]\s*)((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
     r"|(\[Errno 2\] No such file or directory: )"
 )
+# (round 66, tune62) ... but behind a Markdown quote marker where a traceback is open, the
+# reporter's quoted paste of that traceback ("> File \"train.py\", line 121, in <module>" ...
+# "> mxnet.base.MXNetError: ... fail to open \"model/.../rpn1-0000.params\"",
+# TuSimple/mx-maskrcnn#29): it ends the traceback as the unquoted line would, its frames read
+_QUOTED_TB_EXC = re.compile(
+    r"^>[>\s]*((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception))"
+    r"(?::\s|:?\s*$)"
+)
 # (round 26) VS Code's debugger (debugpy) shows a raised exception as "Exception has occurred:
 # TypeError" with its message on the next line; pasted from there, no traceback line carries
 # the class (sarafridov/plenoxels#2). Weak evidence of the script's error, as above.
@@ -3358,6 +3366,8 @@ class StreamClassifier:
         m = _EXC_LINE.search(body)
         if m is None and (after_frame or line_no == self._bare_exc_line):
             m = _BARE_EXC.match(body)
+        if m is None and self._frames.get(rank):
+            m = _QUOTED_TB_EXC.match(body)
         if m is None:
             # An exception's repr quoted in a message ("Error executing job: TypeError(\"
             # Trainer.__init__() got an unexpected keyword argument ...\")", hydra): the

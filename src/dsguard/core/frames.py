@@ -73,6 +73,9 @@ _PASS_THROUGH = re.compile(
     r"|/(?:python3\.\d+|Lib)/(?:json/|importlib/"
     r"|(?:functools|contextlib|typing|abc|enum|dataclasses|copy)\.py$)"
     r"|/torch/distributed/c10d_logger\.py$|/torch/utils/_contextlib\.py$"
+    # (round 66) MXNet's check_call, through which every C API call raises its MXNetError:
+    # the Python function that made the call names the kind
+    r"|/mxnet/base\.py$"
 )
 
 # Exception classes (last dotted component) a frame may re-name, per kind. Only generic classes:
@@ -423,6 +426,17 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         ),
         None,
         _CHECKPOINT_EXC | {"TypeError", "IndexError"},
+    ),
+    # (round 66, tune62) MXNet's NDArray loader (ndarray/utils.py load, mx.nd.load: reads a
+    # saved .params file through the C API and nothing else; "mxnet.base.MXNetError: ...
+    # local_filesys.cc:166: Check failed: allow_null  LocalFileSystem: fail to open
+    # \"model/res50-fpn/.../rpn1-0000.params\"" on a resume from an epoch never saved,
+    # TuSimple/mx-maskrcnn#29), the MXNetError raised through base.py's check_call (above)
+    (
+        "checkpoint_error",
+        re.compile(r"/mxnet/ndarray/utils\.py$"),
+        re.compile(r"load(?:_frombuffer)?"),
+        _CHECKPOINT_EXC | {"MXNetError"},
     ),
     # (round 62, tune59) Paddle's paddle.load (framework/io.py: load, _legacy_load,
     # _load_selected_rows, _parse_load_result...), which only reads a saved file ("ValueError:
