@@ -13,7 +13,8 @@ Three sets, scored separately:
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
   ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record); ``heldout64``
-  (43 logs, h65e-h's odd staged lines, scored once on round 65's rules: the fresh set);
+  (43 logs, h65e-h's odd staged lines, scored once on round 65's rules) and ``heldout65``
+  (40 logs, their even lines, scored once on round 66's): the fresh sets;
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -281,7 +282,7 @@ TUNING_SETS = (
     "tune61",
     "tune62",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout64")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout64", "heldout65")
 
 
 def run(quick: bool = False) -> dict[str, Any]:

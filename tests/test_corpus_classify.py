@@ -46,9 +46,9 @@ def test_corpus_is_real_and_split() -> None:
     tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune62`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
     rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3`` and ``heldout64``."""
+    ``heldout3``, ``heldout64`` and ``heldout65``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 3566
+    assert len(failures) >= 3606
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -532,6 +532,26 @@ def test_heldout64_meets_the_accuracy_and_unknown_targets() -> None:
     assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
+def test_heldout65_accuracy_floor() -> None:
+    """heldout65 (40 logs, h65e-h's even staged lines, their twin half heldout64 still held
+    out; scored once on the rules frozen at 7694a50): 33/40 = 82.5% (unknown 17.5%); its
+    record as a held-out set, held as a floor."""
+    s = _score("heldout65")
+    assert s.accuracy >= 0.825 and s.predicted("unknown") <= 7
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 target not met: 82.5% (unknown 17.5%) on the fresh heldout65",
+)
+def test_the_fresh_set_meets_the_accuracy_and_unknown_targets() -> None:
+    """The issue's accuracy targets on the newest held-out set, scored once on frozen rules:
+    >= 95% right and ``unknown`` below 3% (heldout65: 82.5%, 17.5%; every fresh set's
+    record is in bench/RESULTS.md). Which logs were missed is not read (a held-out set)."""
+    s = _score("heldout65")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
@@ -548,6 +568,12 @@ def test_heldout64_with_the_probable_kind_holds_its_once_score() -> None:
     """heldout64 read with the probable kind: 37/43 = 86.0%, nothing named 4; floors there."""
     s = _with_probable(("heldout64",))
     assert s.accuracy >= 0.86 and s.predicted("unknown") <= 4
+
+
+def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
+    """heldout65 read with the probable kind: 36/40 = 90.0%, nothing named 3; floors there."""
+    s = _with_probable(("heldout65",))
+    assert s.accuracy >= 0.9 and s.predicted("unknown") <= 3
 
 
 #: Sets on which the probable kind names an OOM for a user error (a strict xfail each). None
