@@ -286,6 +286,9 @@ _TRIGGERS: tuple[str, ...] = (
     "exit with status code",  # Horovod's runner: "Process 0 exit with status code 137."
     "Failed to load NCCL library",  # vLLM's pynccl_wrapper, logged as "ERROR" (no "rror")
     "not available in this library",  # libtpu's loader: "F ...] <fn> not available in this ..."
+    "NetParameter file",  # Caffe's "Failed to parse NetParameter file: x.caffemodel" (no "rror")
+    "nknown layer type",  # Caffe's layer registry: "Unknown layer type: SoftAttention"
+    "ncclSuccess",  # a glog CHECK on an NCCL call: "ncclGroupEnd() == ncclSuccess (1 vs. 0)"
     "nan",  # "loss: nan", "grad_norm': nan", "returned nan values", "nan iterations"
     "NaN",  # "NaN loss", "Loss is NaN"
     "inf,",  # "'loss': inf,"
@@ -883,6 +886,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "InternalError (see above for traceback): Dst tensor is not initialized.",
             # naturomics/CapsNet-Tensorflow#39, where the maintainer lowered the batch)
             r"\bDst tensor is not initialized\.",
+            # (round 67, tune64) DeePMD-kit's CUDA check on cudaErrorMemoryAllocation (its
+            # DPErrcheck throws deepmd_exception_oom("CUDA Assert"), what() "DeePMD-kit OOM:
+            # CUDA Assert", which its TF ops turn into ResourceExhausted: "Operation received an
+            # exception: DeePMD-kit OOM: CUDA Assert"; deepmodeling/dpgen#528)
+            r"\bDeePMD-kit OOM: ",
             r"\bGPU memory is overflow, please reduce your batch_size",
             # (round 49, tune46) MindSpore's dynamic memory pool on the device, Ascend or GPU
             # (ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
@@ -961,6 +969,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # host memory either way (shmsw25/single-hop-rc#2, CETC-TFAI/MaCA#20)
             # (round 60, tune57: and THRealloc's "you tried to reallocate %dGB", torch/torch7#942)
             r"Torch: not enough memory: you tried to (?:re)?allocate \d+GB",
+            # (round 67, tune63/tune64) Lua's own allocation failure (LUA_ERRMEM, whose message
+            # is "not enough memory"; LuaJIT's heap has a limit of its own) as the interpreter
+            # reports the error that ended the script ("luajit: .../threads.lua:183: [thread 4
+            # callback] not enough memory", nagadomi/waifu2x#376) or its panic outside a
+            # protected call ("PANIC: unprotected error in call to Lua API (not enough
+            # memory)", billzorn/mtg-rnn#1): host memory, as torch7's own wording above
+            r"\bluajit: .*\bnot enough memory\s*$",
+            r"PANIC: unprotected error in call to Lua API \(not enough memory\)",
             # (round 61, tune58) a job platform's report of the kernel's kill (PAI/EasyRec:
             # 'The job has been killed by "OOM Killer", please check your job's memory usage.',
             # alibaba/EasyRec#60)
@@ -1589,6 +1605,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Solver::Restore: "Check failed: fd != -1 (-1 vs. -1) File not found:
             # numbers_iter.solverstate", pannous/caffe-speech-recognition#7)
             r"\bIncorrect length of history blobs\b",
+            # (round 67, tune63/tune64) Caffe reading a .caffemodel, the trained weights
+            # (util/upgrade_proto.cpp ReadNetParamsFromBinaryFileOrDie: CHECK(
+            # ReadProtoFromBinaryFile(param_file, param)) << "Failed to parse NetParameter file:
+            # " << param_file; under Net::CopyTrainedLayersFrom, a file cut short or never fully
+            # downloaded; kevinlin311tw/caffe-cvprw15#12, CMU-Perceptual-Computing-Lab/openpose
+            # #1116). Not the text reader's (ReadProtoFromTextFile), a prototxt: the net's config
+            r"Check failed: ReadProtoFromBinaryFile\(param_file, param\) Failed to parse"
+            r" NetParameter file",
             r"Check failed: fd != -1 \(-1 vs\. -1\) File not found: \S+\.solverstate\b",
             # (round 36, tune33) TF's Saver.restore on a prefix with no checkpoint files
             # (training/saver.py: "ValueError: The passed save_path is not a valid checkpoint:
@@ -1786,6 +1810,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # PaddlePaddle/Paddle#11659)
             r"\bloss:? \[[^\]\n]*?(?<![\w.])-?nan\b",
             r"\bppl: -?nan\b",
+            # (round 67, tune63) the Theano-era training loops' own NaN check (arctic-captions,
+            # dl4mt, Nematus: "if numpy.isnan(cost) or numpy.isinf(cost): print 'NaN detected'"
+            # then return; kelvinxu/arctic-captions#14), alone on its line
+            r"^NaN detected\s*$",
+            # (round 67, tune64) MXNet's Monitor printing an array's statistic as NaN
+            # (monitor.py toc_print: logging.info('Batch: {:7d} {:30s} {:s}'.format(n, k, v));
+            # "Batch:       5 hidden-recept-5_backward_weight nan", apache/mxnet#942), and
+            # nolearn's epoch table with train and valid loss both NaN ("     1  |         nan  |
+            #         nan  |", dnouri/nolearn#35)
+            r"\bBatch: +\d+ \S+ +\[?-?nan\]?\s*$",
+            r"^\s*\d+\s+\|\s+nan\s+\|\s+nan\s+\|",
             # (round 18) TRL's preference trainers (DPO, KTO, ORPO, CPO) log the policy's
             # log-probabilities and logits per batch ("'logps/chosen': nan, 'logits/rejected':
             # nan"): NaN there is the model's output gone NaN, whatever the loss shows
@@ -1961,6 +1996,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # 0x56249bd69990) on address 0x7f95aa9ff000. Reason: Page not present or supervisor
             # privilege.", then SIGABRT)
             r"Memory access fault by GPU node-\d+",
+            # (round 67, tune63) cudaErrorLaunchFailure's own text, sticky as the others, in the
+            # checks that print it without "CUDA error:": Caffe2's CHECK ("context_gpu.h:107]
+            # Check failed: error == cudaSuccess unspecified launch failure", facebookresearch/
+            # Detectron#528) and a reporter's retyping ("RuntimeError:cuda error:unspecified
+            # launch failure", Sierkinhane/CRNN_Chinese_Characters_Rec#137)
+            r"\bunspecified launch failure\b",
             # -- issue 12, round 9: the sticky CUDA errors by their enum names, as the driver
             # API (TensorFlow's stream executor: "could not synchronize on CUDA stream:
             # CUDA_ERROR_ILLEGAL_ADDRESS") and the runtime API (cudaErrorIllegalAddress)
@@ -2255,6 +2296,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # pytorch/xla#1995) and HCCL's socket timeout (CANN EI0006: "Getting socket times
             # out. Reason: Remote Rank did not send the data in time", hiyouga/LlamaFactory#5071)
             r"status == ncclSuccess\. \d+ vs 0\b",
+            # (round 67, tune63) ... and a glog CHECK on an NCCL call itself, as Paddle Fluid's
+            # nccl_helper.h makes it ("Check failed: dynload::ncclGroupEnd() == ncclSuccess (1
+            # vs. 0)", PaddlePaddle/Paddle#14620)
+            r"Check failed: (?:\w+::)*nccl\w+\([^)]*\) == ncclSuccess\b",
             r"mesh_service\.cc:\d+ : Failed to meet rendezvous '",
             r"Getting socket times out\. Reason: Remote Rank did not send the data in time",
             # (round 38, tune35) TensorFlow's collectives (CollectiveAllReduceStrategy) losing
@@ -2346,6 +2391,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # prefix 'models/train'.  Make sure that the directory exists and is writeable.",
             # martinkersner/train-CRF-RNN#24): a path in the solver's configuration
             r"Cannot write to snapshot prefix '.*'\.\s+Make sure that the directory exists",
+            # (round 67, tune63/tune64) Caffe's layer registry without a layer the net names
+            # (layer_factory.hpp CreateLayer: CHECK_EQ(registry.count(type), 1) << "Unknown layer
+            # type: " << type << " (known types: ...)"): a Caffe build without the project's
+            # own layers (akirafukui/vqa-mcb#17, yun-liu/RCF#80), the installed build
+            r"Check failed: registry\.count\(type\) == 1 \(0 vs\. 1\) Unknown layer type: ",
             # -- issue 12, round 6: argparse's other rejections ("train.py: error: argument
             # --lr: invalid float value: '1e-4,'", "... argument --mode: invalid choice: ...",
             # "... ambiguous option: --lr could match --lr_scheduler, --lr_warmup"), the shell
@@ -2821,6 +2871,9 @@ _INDENTED_MESSAGE = re.compile(
     # (round 58) TF's failing node under its error message, indented with a tab ("\t
     # [[Node: save/Assign_13 = Assign[...]]"): no Python line starts "[[Node:"
     r"|\[\[(?:Node: |\{\{node |node )"
+    # (round 67) nolearn's epoch table, its rows right-aligned under the header ("     1  |
+    # nan  |         nan  |"): a row starts with a number and spaces, as source lines may
+    r"|^\s*\d+\s+\|\s+nan\s+\|\s+nan\s+\|"
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
