@@ -288,6 +288,7 @@ _TRIGGERS: tuple[str, ...] = (
     "not available in this library",  # libtpu's loader: "F ...] <fn> not available in this ..."
     "NetParameter file",  # Caffe's "Failed to parse NetParameter file: x.caffemodel" (no "rror")
     "nknown layer type",  # Caffe's layer registry: "Unknown layer type: SoftAttention"
+    "not found",  # dash's "/bin/sh: 1: torchrun: not found" (bash says "command not found")
     "ncclSuccess",  # a glog CHECK on an NCCL call: "ncclGroupEnd() == ncclSuccess (1 vs. 0)"
     "nan",  # "loss: nan", "grad_norm': nan", "returned nan values", "nan iterations"
     "NaN",  # "NaN loss", "Loss is NaN"
@@ -1933,6 +1934,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
             r"CUDA driver version is insufficient for CUDA runtime version",
             r"no kernel image is available for execution on the device",
+            # (round 68, tune65) ... and cudaErrorInvalidKernelImage's text ("CUDA runtime
+            # implicit initialization on GPU:0 failed. Status: device kernel image is invalid",
+            # TF 2.3 built for CUDA 10.1 on an RTX 3090; tensorflow/tensorflow#43718)
+            r"\bdevice kernel image is invalid\b",
             r"Device-side assert(?:ion)?",  # ROCm's kernel assert, torch's "triggered"
             # (round 18) Triton's launcher raising the driver's error string itself
             # ("RuntimeError: Triton Error [CUDA]: device-side assert triggered",
@@ -2270,6 +2275,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (intel/torch-ccl#54: "RuntimeError: oneCCL: exec.cpp:134 start_workers:
             # EXCEPTION: failed to start worker # 0")
             r"\boneCCL: \S+:\d+ \w+: EXCEPTION: ",
+            # (round 68, tune65) ColossalAI's multi-node launcher failing to reach a node over
+            # ssh (cli/launcher/multinode_runner.py: click.echo(f"Error: failed to run {cmds} on
+            # {hostinfo.hostname}, is localhost: {hostinfo.is_local_host}, exception: {e}"),
+            # "... exception: not a valid RSA private key file", hpcaitech/ColossalAI#5213), as
+            # the labelling rule reads DeepSpeed's runner's ssh check. Not fabric's
+            # UnexpectedExit ("Encountered a bad command exit code!"): the remote command ran
+            # and failed, and its own output says why
+            r"\bError: failed to run .* on \S+, is localhost: False, exception: "
+            r"(?!Encountered a bad command exit code)",
             # (round 33, tune30) ... and its error log lines, "<time>:(<pid>) |CCL_ERROR|
             # atl_ofi.cpp:237 init: can't find suitable provider" (the fabric under it failing;
             # intel/intel-extension-for-pytorch#810)
@@ -2383,9 +2397,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # it needs missing (core/tpu/tpu_api_dlsym_set_fn.h: LOG(FATAL) << #FnName " not
             # available in this library."; "F .../tpu_library_init_fns.inc:104]
             # TpuEmbeddingEngine_WriteParameters not available in this library.", then abort;
-            # kingoflolz/mesh-transformer-jax#202, jax and libtpu of different releases): the
-            # installed versions. Only the fatal form: older loaders log it at ERROR and go on
-            r"\bF \S*tpu_library_init_fns\.inc:\d+\] \w+ not available in this library",
+            # kingoflolz/mesh-transformer-jax#202, jax and libtpu of different releases; round
+            # 68, tune65: tpu_executor_init_fns.inc's too, #59): the installed versions. Only
+            # the fatal form: older loaders log it at ERROR and go on
+            r"\bF \S*tpu_\w+_init_fns\.inc:\d+\] \w+ not available in this library",
             # (round 57, tune54) Caffe's solver checking at start-up that it can write its
             # snapshots (solver.cpp CheckSnapshotWritePermissions: "Cannot write to snapshot
             # prefix 'models/train'.  Make sure that the directory exists and is writeable.",
@@ -2410,6 +2425,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"^Error: (?:No such (?:command|option)|Invalid value for|Missing (?:argument|option"
             r"|parameter)|Got unexpected extra arguments?)\b",
             r"(?:^|: )\S+: command not found\s*$",
+            # (round 68, tune65) ... as dash (Debian's and Ubuntu's /bin/sh) says it, with the
+            # script's line number ("/bin/sh: 1: torchrun: not found", a launcher's command
+            # run under sudo without the environment's PATH; hiyouga/LlamaFactory#5216)
+            r"^\S*\bsh: \d+: \S+: not found\s*$",
             r"can't open file .{1,300}?\[Errno 2\] No such file or directory",
             *_PORT_HELD,
             # darknet's file_error() ("Couldn't open file: <path>", then exit): a data or cfg
@@ -2926,6 +2945,10 @@ _PREFIX = re.compile(
     # a Ray worker's prefix (a process, not a rank), peeled so the worker's exception line
     # starts its body
     rf"|(?P<ray>{_RAY_WORKER_PREFIX})"
+    # (round 68, tune65) a wrapper that tags each line of its child's output with the stream
+    # it came from, after a timestamp ("2023-09-04 08:11:57.460 [stderr   ]   File ...",
+    # modelscope/facechain#171): the child's line, no rank
+    r"|(?P<stream>(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? )?\[std(?:out|err) *\] ?)"
 )
 # A line whose peeled prefixes end with a Ray worker's (_judge reads the prefix part of it)
 _RAY_WORKER = re.compile(_RAY_WORKER_PREFIX + "$")
@@ -2982,7 +3005,7 @@ def _split_prefix(line: str) -> tuple[int | None, str]:
         if host is not None:
             if _HOST_LIKE.fullmatch(host) is None:
                 break
-        elif m.group("anyrank") is None and m.group("ray") is None:
+        elif m.group("anyrank") is None and m.group("ray") is None and m.group("stream") is None:
             rank = int(m.group("mpi") or m.group("role") or m.group("num"))
         pos = m.end()
     body = line[pos:]
@@ -3733,6 +3756,7 @@ _RETRY_HELPS = frozenset(
 # or the code indexes out of range (a device-side assert recurs at the same batch).
 _CUDA_DETERMINISTIC = re.compile(
     r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|NoBinaryForGpu|[Aa]ssert"
+    r"|kernel image is invalid"
     r"|PTX codegen error|invalid device function"
     r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
 )
