@@ -943,8 +943,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"unable to open shared memory object",
             # (round 19) Paddle's DataLoader worker failing to map its /dev/shm segment
             # (mmap_allocator.cc: "RuntimeError: (Unavailable) Memory map failed when create
-            # shared memory.", PaddlePaddle/Paddle3D#326): the same RAM-backed exhaustion
-            r"Memory map failed when create shared memory",
+            # shared memory.", PaddlePaddle/Paddle3D#326): the same RAM-backed exhaustion;
+            # (round 69, tune66) also its reader mapping a worker's segment back ("Memory map
+            # failed when rebuild shared memory.", PaddlePaddle/PaddleDetection#4488)
+            r"Memory map failed when (?:create|rebuild) shared memory",
             r"std::bad_alloc",  # C++ heap exhaustion ("what():  std::bad_alloc")
             r"(?<![A-Za-z])MemoryError\b",  # Python's own allocation failure
             # kernel records (mm/oom_kill.c) when a wrapper tails the kernel log: these are the
@@ -1855,6 +1857,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
+            # (round 69, tune66) GPT-NeoX's overflow monitor giving up on fp16 (megatron/
+            # utils.py OverflowMonitor.check: raise Exception(f"Skipped {self.n} iterations in
+            # a row due to Overflow - Exiting training."), every step's loss scale overflowing;
+            # EleutherAI/gpt-neox#482)
+            r"\bSkipped \d+ iterations in a row due to Overflow - Exiting training",
             # (round 12) ... and DeepSpeed's fused/unfused fp16 optimizers' verbose wording
             # (runtime/fp16/fused_optimizer.py _update_scale: "Reducing dynamic loss scale from
             # 1 to 1", DeepSpeed#697): the new scale is max(scale / factor, min_loss_scale), so
@@ -2425,6 +2432,20 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"^Error: (?:No such (?:command|option)|Invalid value for|Missing (?:argument|option"
             r"|parameter)|Got unexpected extra arguments?)\b",
             r"(?:^|: )\S+: command not found\s*$",
+            # (round 69, tune66) voluptuous, the schema library a script validates its own
+            # config with (kohya-ss/sd-scripts' config_util.py: "voluptuous.error.MultipleInvalid:
+            # extra keys not allowed @ data['settings']", bmaltais/kohya_ss#1248): a config key
+            # the script does not take; its class names end in neither Error nor Exception
+            r"\bvoluptuous\.error\.\w*Invalid: ",
+            # (round 69, tune66) a C or C++ program's own assert() (glibc's __assert_fail:
+            # "%s: %s:%u: %s: Assertion `%s' failed.", "train_gpt2cu: llmc/dataloader.h:186:
+            # void dataloader_init(...): Assertion `shard_ntok >= (int64_t) (num_processes * B *
+            # T + 1)' failed.", karpathy/llm.c#727): the trainer's check on its inputs, as
+            # Python's AssertionError. Not glibc's own (its sources are "../nptl/...", a
+            # library's invariant) nor a CUDA kernel's device-side assert (a CUDA fault, above)
+            # (the program's name may be peeled as a host prefix: "train_gpt2cu: " has a digit)
+            r"^(?:\S+: )?(?!\.\./)[^\s:]+\.(?:c|cc|cpp|cxx|h|hpp|cu|cuh):\d+: [^`]*: "
+            r"Assertion `.*' failed\.\s*$",
             # (round 68, tune65) ... as dash (Debian's and Ubuntu's /bin/sh) says it, with the
             # script's line number ("/bin/sh: 1: torchrun: not found", a launcher's command
             # run under sudo without the environment's PATH; hiyouga/LlamaFactory#5216)
