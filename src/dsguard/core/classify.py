@@ -1862,6 +1862,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # a row due to Overflow - Exiting training."), every step's loss scale overflowing;
             # EleutherAI/gpt-neox#482)
             r"\bSkipped \d+ iterations in a row due to Overflow - Exiting training",
+            # (round 70, tune67) the Faster R-CNN loss terms as jwyang/faster-rcnn.pytorch's
+            # trainer and its many forks print them ("rpn_cls: %.4f, rpn_box: %.4f, rcnn_cls:
+            # %.4f, rcnn_box %.4f" -> "rpn_cls: nan, rpn_box: nan, rcnn_cls: nan, rcnn_box nan";
+            # Tung-I/Dual-awareness-Attention-for-Few-shot-Object-Detection#31)
+            r"\b(?:rpn|rcnn)_(?:cls|box):? -?nan\b",
             # (round 12) ... and DeepSpeed's fused/unfused fp16 optimizers' verbose wording
             # (runtime/fp16/fused_optimizer.py _update_scale: "Reducing dynamic loss scale from
             # 1 to 1", DeepSpeed#697): the new scale is max(scale / factor, min_loss_scale), so
@@ -1929,6 +1934,19 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?:cuDNN error: |(?:RuntimeError|CuDNNError|EnforceNotMet): (?:\d+: )?"
             r"|(?:\(External\)|ExternalError:)\s+(?i:cudnn) error(?:\(\d+\))?,\s*)CUDNN_STATUS_",
             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # kernel assert
+            # (round 70, tune67) ... its thread's index and the backquoted condition left when a
+            # paste cut the line's head ("ad: [47,0,0] Assertion `cur_target >= 0 && cur_target
+            # < n_classes` failed.", dbolya/yolact#333); glibc's host assert quotes with "'"
+            r"\[\d+,\d+,\d+\] Assertion `[^`]*` failed\.",
+            # (round 70, tune67) cudaErrorUnsupportedPtxVersion: a kernel built by a newer CUDA
+            # than the driver runs ("operation cudaGetLastError() failed: the provided PTX was
+            # compiled with an unsupported toolchain.", jaxlib's cuda_prng_kernels under an old
+            # driver; naruya/VaxNeRF#1), deterministic as "no kernel image" is
+            r"\bthe provided PTX was compiled with an unsupported toolchain\b",
+            # (round 70, tune67) TensorFlow 1.x's convolution when cuDNN fails to run it
+            # (kernels/conv_ops.cc: errors::Internal("cuDNN launch failure : input shape(", ...);
+            # tensorpack/tensorpack#1434, a cuDNN the build did not fit)
+            r"\bcuDNN launch failure : input shape\(",
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
             r"uncorrectable ECC error",
             r"NVRM: Xid",  # kernel driver log, if a wrapper tails it into the output
@@ -3777,7 +3795,7 @@ _RETRY_HELPS = frozenset(
 # or the code indexes out of range (a device-side assert recurs at the same batch).
 _CUDA_DETERMINISTIC = re.compile(
     r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|NoBinaryForGpu|[Aa]ssert"
-    r"|kernel image is invalid"
+    r"|kernel image is invalid|PTX was compiled with an unsupported toolchain"
     r"|PTX codegen error|invalid device function"
     r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
 )
