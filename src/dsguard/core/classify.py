@@ -289,6 +289,8 @@ _TRIGGERS: tuple[str, ...] = (
     "NetParameter file",  # Caffe's "Failed to parse NetParameter file: x.caffemodel" (no "rror")
     "nknown layer type",  # Caffe's layer registry: "Unknown layer type: SoftAttention"
     "not found",  # dash's "/bin/sh: 1: torchrun: not found" (bash says "command not found")
+    "SIGBUS",  # torch elastic's "traceback : Signal 7 (SIGBUS) received by PID 16609"
+    "evices used to save the checkpoint",  # Orbax's restore onto other devices (glog E line)
     "ncclSuccess",  # a glog CHECK on an NCCL call: "ncclGroupEnd() == ncclSuccess (1 vs. 0)"
     "nan",  # "loss: nan", "grad_norm': nan", "returned nan values", "nan iterations"
     "NaN",  # "NaN loss", "Loss is NaN"
@@ -892,6 +894,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # CUDA Assert", which its TF ops turn into ResourceExhausted: "Operation received an
             # exception: DeePMD-kit OOM: CUDA Assert"; deepmodeling/dpgen#528)
             r"\bDeePMD-kit OOM: ",
+            # (round 71, tune68) ArrayFire's device allocator (flashlight, wav2letter: "what():
+            # ArrayFire Exception (Device out of memory:101)", AF_ERR_NO_MEM; flashlight/
+            # wav2letter#947)
+            r"\bArrayFire Exception \(Device out of memory:\d+\)",
             r"\bGPU memory is overflow, please reduce your batch_size",
             # (round 49, tune46) MindSpore's dynamic memory pool on the device, Ascend or GPU
             # (ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
@@ -1523,6 +1529,18 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the `-a` flag."; cgarciae/ciclo#12)
             r"but the saved weight has shape",
             r"You are trying to load a weight file containing \d+ layers into a model with",
+            # (round 71, tune68) ... as TF 2.x's Keras words it (legacy/saving/hdf5_format.py:
+            # "Layer count mismatch when loading weights from file. Model expected 24 layers,
+            # found 107 saved layers."; OlafenwaMoses/ImageAI#729), torch.distributed.
+            # checkpoint's load planner on a tensor saved with another shape (default_planner.py:
+            # "Size mismatch between saved torch.Size([6561, 512]) and current: torch.Size([5533,
+            # 512]) for optimizer.state...", a resume; NVIDIA/Megatron-LM#4129), and Orbax
+            # restoring onto other devices than the save's (sharding.py, logged before the
+            # restore fails: "The available devices are different from the devices used to save
+            # the checkpoint."; jhejna/demonstration-information#1)
+            r"\bLayer count mismatch when loading weights from file\.",
+            r"\bSize mismatch between saved torch\.Size\(\[[\d, ]*\]\) and current: ",
+            r"\bThe available devices are different from the devices used to save the checkpoint",
             r"this results from copying a checkpoint without using the `-a` flag",
             r"Error\(s\) in loading state_dict for",  # torch nn.Module.load_state_dict
             # (round 18) torch.distributed.checkpoint's default load planner on a resume whose
@@ -1945,8 +1963,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bthe provided PTX was compiled with an unsupported toolchain\b",
             # (round 70, tune67) TensorFlow 1.x's convolution when cuDNN fails to run it
             # (kernels/conv_ops.cc: errors::Internal("cuDNN launch failure : input shape(", ...);
-            # tensorpack/tensorpack#1434, a cuDNN the build did not fit)
-            r"\bcuDNN launch failure : input shape\(",
+            # tensorpack/tensorpack#1434, a cuDNN the build did not fit; round 71, tune68: its
+            # batch norm's "input shape ([64,128,1,1])", kimmo1019/Roundtrip#4)
+            r"\bcuDNN launch failure : input shape ?\(",
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
             r"uncorrectable ECC error",
             r"NVRM: Xid",  # kernel driver log, if a wrapper tails it into the output
@@ -2415,6 +2434,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # one (src/kvstore/kvstore.cc: "compile with USE_DIST_KVSTORE=1 to use dist_sync",
             # apache/mxnet#5297): the installed build, not the network
             r"\bcompile with USE_DIST_KVSTORE=1 to use\b",
+            # (round 71, tune68) TensorFlow's sparse softmax cross-entropy on a label past the
+            # model's classes (kernels/sparse_xent_op.cc: "Received a label value of 67 which is
+            # outside the valid range of [0, 1).", logged by OP_REQUIRES before the op fails;
+            # zzh8829/yolov3-tf2#386): the data's labels or the configured class count
+            r"\bReceived a label value of -?\d+ which is outside the valid range of \[",
             # (round 61, tune58) ... and a CPU-only MXNet asked for a GPU (src/storage/
             # storage.cc: "Compile with USE_CUDA=1 to enable GPU usage", awslabs/sockeye#206)
             r"\bCompile with USE_CUDA=1 to enable GPU usage\b",
@@ -2851,10 +2875,16 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     # In a training job the usual cause is a RAM-backed /dev/shm exhausted by tensors shared
     # between processes (a container's 64 MiB default), which the corpus counts as host
     # memory; a truncated memory-mapped file or a hardware fault raise it too, so it explains
-    # only a death nothing else explains (facebookresearch/PyTorch-BigGraph#33)
+    # only a death nothing else explains (facebookresearch/PyTorch-BigGraph#33). (Round 71,
+    # tune68: and torch elastic's report of a rank SIGBUS ended, "traceback : Signal 7
+    # (SIGBUS) received by PID 16609" in its failure table, hiyouga/LlamaFactory#2206, where
+    # the maintainer named memory.)
     (
         FailureKind.HOST_OOM,
-        re.compile(r"^Bus error(?: \(core dumped\))?\s*$|\s\d+ Bus error(?: \(core dumped\))?\s"),
+        re.compile(
+            r"^Bus error(?: \(core dumped\))?\s*$|\s\d+ Bus error(?: \(core dumped\))?\s"
+            r"|\bSignal 7 \(SIGBUS\) received by PID \d+"
+        ),
     ),
 )
 # (issue 12, round 6) What users write when they paste no log line for a host memory death:
