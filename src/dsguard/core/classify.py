@@ -1966,6 +1966,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # tensorpack/tensorpack#1434, a cuDNN the build did not fit; round 71, tune68: its
             # batch norm's "input shape ([64,128,1,1])", kimmo1019/Roundtrip#4)
             r"\bcuDNN launch failure : input shape ?\(",
+            # (round 72, tune69) Marian's CUDA_CHECK (round 64's device OOM) on any other
+            # runtime error ("Error: CUDA error 999 'unknown error' - .../algorithm.cu:54:
+            # cudaStreamSynchronize(0)", mozilla/translations#1002), and GPU PhysX's internal
+            # errors, each a CUDA call that failed ("PxgNarrowphaseCore.cpp (2408) : internal
+            # error : memcpy failed fail!", then " 700", an illegal address; NVlabs/ProtoMotions
+            # #222; its allocator's failure is a device OOM, above)
+            r"\bCUDA error (?!2 )\d+ '[^']+' - \S+:\d+: ",
+            r"\bPxg\w+\.(?:cpp|h) \(\d+\) : internal error : ",
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
             r"uncorrectable ECC error",
             r"NVRM: Xid",  # kernel driver log, if a wrapper tails it into the output
@@ -2439,6 +2447,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # outside the valid range of [0, 1).", logged by OP_REQUIRES before the op fails;
             # zzh8829/yolov3-tf2#386): the data's labels or the configured class count
             r"\bReceived a label value of -?\d+ which is outside the valid range of \[",
+            # (round 72, tune69) Kaldi's input streams on a path that opens nothing (util/
+            # kaldi-io.cc Input::Input: KALDI_ERR << "Error opening input stream " << rxfilename;
+            # "ERROR (nnet3-init[5.5]:Input():kaldi-io.cc:756) Error opening input stream
+            # exp/chain2/tdnn1a_sp/configs/lda.mat", a file an earlier recipe stage did not make;
+            # kaldi-asr/kaldi#4357): a path the job names
+            r"\bError opening input stream \S",
             # (round 61, tune58) ... and a CPU-only MXNet asked for a GPU (src/storage/
             # storage.cc: "Compile with USE_CUDA=1 to enable GPU usage", awslabs/sockeye#206)
             r"\bCompile with USE_CUDA=1 to enable GPU usage\b",
