@@ -626,6 +626,10 @@ _NO_SUCH_DEVICE = (
     r"(?:(?i:cuda|hip) error: |cuda runtime error \(\d+\) : |error=\d+ : )invalid device ordinal"
 )
 _NO_SUCH_DEVICE_RX = re.compile(_NO_SUCH_DEVICE)
+#: (round 67) nolearn's epoch table with train and valid loss both NaN ("     1  |         nan  |
+#: nan  |", dnouri/nolearn#35): divergence (_RULES), and a message although its rows start
+#: with a number and spaces, as echoed source lines may (_INDENTED_MESSAGE)
+_NOLEARN_NAN_ROW = r"^\s*\d+\s+\|\s+nan\s+\|\s+nan\s+\|"
 #: The user errors of the launch's environment that NCCL and c10d then report as failures of
 #: their own (a held port, two ranks on one GPU, a rank on a GPU that is not there): where one
 #: is in the output, the communication-failure lines around it are its consequence, not a
@@ -1838,10 +1842,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 67, tune64) MXNet's Monitor printing an array's statistic as NaN
             # (monitor.py toc_print: logging.info('Batch: {:7d} {:30s} {:s}'.format(n, k, v));
             # "Batch:       5 hidden-recept-5_backward_weight nan", apache/mxnet#942), and
-            # nolearn's epoch table with train and valid loss both NaN ("     1  |         nan  |
-            #         nan  |", dnouri/nolearn#35)
+            # nolearn's epoch table with both losses NaN
             r"\bBatch: +\d+ \S+ +\[?-?nan\]?\s*$",
-            r"^\s*\d+\s+\|\s+nan\s+\|\s+nan\s+\|",
+            _NOLEARN_NAN_ROW,
             # (round 18) TRL's preference trainers (DPO, KTO, ORPO, CPO) log the policy's
             # log-probabilities and logits per batch ("'logps/chosen': nan, 'logits/rejected':
             # nan"): NaN there is the model's output gone NaN, whatever the loss shows
@@ -2713,9 +2716,11 @@ def rank_exit_from_text(lines: Iterable[str]) -> int | None:
 # ("    main(args)RuntimeError:  [!] NaN loss with decoder_loss.", mozilla/TTS#668). A
 # closing bracket followed at once by an exception class and its colon is no Python source.
 _GLUED_EXC = re.compile(r"[)\]]((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
+# An exception class as a traceback's last line names it, module path and all (group 1)
+_EXC_CLASS = r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception))"
 _EXC_LINE = re.compile(
     r"(?:^|(?<=\])|(?<=^Error: )|(?<=^ERROR: ))"
-    r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception))"
+    rf"{_EXC_CLASS}"
     r"(?: \(see above for traceback\))?(?::\s|:?\s*$)"
 )
 # Exception lines that say "a child failed" without saying why: the child's own output says it
@@ -2757,10 +2762,7 @@ _QUOTED_EXC = re.compile(
 # reporter's quoted paste of that traceback ("> File \"train.py\", line 121, in <module>" ...
 # "> mxnet.base.MXNetError: ... fail to open \"model/.../rpn1-0000.params\"",
 # TuSimple/mx-maskrcnn#29): it ends the traceback as the unquoted line would, its frames read
-_QUOTED_TB_EXC = re.compile(
-    r"^>[>\s]*((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception))"
-    r"(?::\s|:?\s*$)"
-)
+_QUOTED_TB_EXC = re.compile(rf"^>[>\s]*{_EXC_CLASS}(?::\s|:?\s*$)")
 # (round 26) VS Code's debugger (debugpy) shows a raised exception as "Exception has occurred:
 # TypeError" with its message on the next line; pasted from there, no traceback line carries
 # the class (sarafridov/plenoxels#2). Weak evidence of the script's error, as above.
@@ -2973,9 +2975,8 @@ _INDENTED_MESSAGE = re.compile(
     # (round 58) TF's failing node under its error message, indented with a tab ("\t
     # [[Node: save/Assign_13 = Assign[...]]"): no Python line starts "[[Node:"
     r"|\[\[(?:Node: |\{\{node |node )"
-    # (round 67) nolearn's epoch table, its rows right-aligned under the header ("     1  |
-    # nan  |         nan  |"): a row starts with a number and spaces, as source lines may
-    r"|^\s*\d+\s+\|\s+nan\s+\|\s+nan\s+\|"
+    # (round 67) nolearn's epoch table, right-aligned under its header
+    rf"|{_NOLEARN_NAN_ROW}"
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
