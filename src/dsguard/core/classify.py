@@ -1918,7 +1918,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     ),
     # (round 65) ahead of the CUDA faults, whose "CUDA error:" and "cuda runtime error (N)"
     # rules would take the line: a device index that does not exist is the launch's error
-    (FailureKind.USER_CODE_ERROR, _rx(_NO_SUCH_DEVICE)),
+    (FailureKind.USER_CODE_ERROR, _NO_SUCH_DEVICE_RX),
     (
         FailureKind.CUDA_FATAL,
         _rx(
