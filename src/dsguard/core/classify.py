@@ -543,6 +543,11 @@ _TRIGGERS: tuple[str, ...] = (
     "oss = 87.336",  # Caffe's softmax loss at its floor's log, "loss = 87.3365"
     # -- round 54 (tune51): shares its first character with a trigger above
     "rad_scale is too small, exiting",  # icefall's guard, its message on a line of its own
+    # -- round 74 (tune71): each shares its first character with a trigger above
+    "exit status -",  # Python 2's CalledProcessError: "returned non-zero exit status -9"
+    "serialized Example",  # TF's parser: "Key: ids.  Can't parse serialized Example."
+    "File system scheme '",  # TF's Env on a path that no registered file system serves
+    "inf (",  # a SmoothedValue meter's "{median} ({global_avg})": "total_loss: inf (inf)"
 )
 
 
@@ -1772,6 +1777,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # deepspeedai/DeepSpeedExamples#444). Only on a line that carries its step, and not
             # a best/min value: "best_val_loss = inf" is how trackers initialise one
             r"(?i:\bstep\b\W{0,3}\d+\b.*?\b(?!best|min)\w*loss\w*['\"\]\s:=|]{1,40}[-+]?inf\b)",
+            # (round 74, tune71) the metric logger of DINO/DINOv2, DeiT, MAE and the detection
+            # references of torchvision prints each meter as SmoothedValue's "{median:.4f}
+            # ({global_avg:.4f})": a loss whose value and running average are both inf
+            # ("total_loss: inf (inf)  ...  koleo_loss: inf (inf)", facebookresearch/dinov2#143).
+            # A tracker's initial best value ("best_loss: inf") has no running average
+            r"(?i:\b\w*loss\w*: [-+]?inf \([-+]?inf\))",
             # (round 21) SpeechBrain's Brain.check_loss_isfinite on a non-finite loss, before its
             # patience runs out (speechbrain/core.py, and PaddleSpeech's copy: logger.warning(
             # "Parameter is not finite: " + str(p)) for each parameter that is NaN/inf;
@@ -2590,6 +2601,18 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bexecve\(\): \S+: No such file or directory",
             r"\bKey '[^']+' is not in struct\b",
             r"(?:^|python[\d.]*(?:\.exe)?: )No module named [\w.]+\s*$",
+            # (round 74, tune71) TensorFlow's Example parser on records that do not match the
+            # features the input function asks for (core/util/example_proto_fast_parsing.cc:
+            # "Key: segment_ids.  Can't parse serialized Example.", "Name: <unknown>, Key: x,
+            # Index: 0.  ..." in later releases; google-research/electra#102): the job's data
+            # or its feature spec, the same on every retry
+            r"\bKey: \S+?(?:, Index: \d+)?\.\s+Can't parse serialized Example\b",
+            # (round 74, tune71) TensorFlow's Env on a path whose scheme no registered file
+            # system serves (core/platform/env.cc GetFileSystemForFile: "File system scheme
+            # '[local]' not implemented (file: 'out/model.ckpt-0_temp_...')"): a local path
+            # handed to TPU workers, or s3:// and hdfs:// without their plugin
+            # (google-research/language#54): the job's paths or its install
+            r"\bFile system scheme '[^']*' not implemented \(file: ",
         ),
     ),
 )
