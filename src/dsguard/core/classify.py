@@ -548,6 +548,9 @@ _TRIGGERS: tuple[str, ...] = (
     "serialized Example",  # TF's parser: "Key: ids.  Can't parse serialized Example."
     "File system scheme '",  # TF's Env on a path that no registered file system serves
     "inf (",  # a SmoothedValue meter's "{median} ({global_avg})": "total_loss: inf (inf)"
+    # -- round 75 (tune72): each shares its first character with a trigger above
+    "Expected to mark a variable ready only once",  # DDP's reducer, without "RuntimeError:"
+    "Expected to have finished reduction in the prior iteration",  # ... its sibling
 )
 
 
@@ -1551,6 +1554,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bSize mismatch between saved torch\.Size\(\[[\d, ]*\]\) and current: ",
             r"\bThe available devices are different from the devices used to save the checkpoint",
             r"this results from copying a checkpoint without using the `-a` flag",
+            # (round 75, tune72) TensorStore, which Orbax and T5X read arrays with, on a
+            # checkpoint whose array metadata is not where the restore looks ('NOT_FOUND: Error
+            # opening "zarr" driver: Metadata at local file ".../a/.zarray" does not exist',
+            # google/orbax#924: an OCDBT save restored as a per-array one)
+            r'\bError opening "zarr3?" driver: Metadata at .* does not exist',
             r"Error\(s\) in loading state_dict for",  # torch nn.Module.load_state_dict
             # (round 18) torch.distributed.checkpoint's default load planner on a resume whose
             # checkpoint lacks a key the model has ("RuntimeError: Missing key in checkpoint
@@ -2613,6 +2621,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # handed to TPU workers, or s3:// and hdfs:// without their plugin
             # (google-research/language#54): the job's paths or its install
             r"\bFile system scheme '[^']*' not implemented \(file: ",
+            # (round 75, tune72) DDP's reducer (torch/csrc/distributed/c10d/reducer.cpp) on a
+            # parameter whose gradient hook fired twice in one step, reentrant gradient
+            # checkpointing or a shared module ("Expected to mark a variable ready only once.
+            # ...", artidoro/qlora#223, pasted without its RuntimeError), and on parameters
+            # that took no part in the loss ("Expected to have finished reduction in the prior
+            # iteration before starting a new one."): the model's or the script's DDP settings
+            # (find_unused_parameters, static_graph, use_reentrant), the same on every retry
+            r"\bExpected to mark a variable ready only once\.",
+            r"\bExpected to have finished reduction in the prior iteration before starting",
         ),
     ),
 )
