@@ -551,6 +551,11 @@ _TRIGGERS: tuple[str, ...] = (
     # -- round 75 (tune72): each shares its first character with a trigger above
     "Expected to mark a variable ready only once",  # DDP's reducer, without "RuntimeError:"
     "Expected to have finished reduction in the prior iteration",  # ... its sibling
+    # -- round 76 (tune73): each shares its first character with a trigger above
+    "Accelerator()` instance with multiple models",  # accelerate's DeepSpeed preparation
+    "Transport retry count exceeded",  # UCX on InfiniBand/RoCE: the peer never acknowledged
+    "SolverParameter file",  # Caffe's solver prototxt, "Failed to parse SolverParameter file"
+    "nvalid operation is performed in",  # Chainer's type check, its message's own line
 )
 
 
@@ -929,6 +934,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # of memory with the current max_duration setting. ...") when the step raised a CUDA
             # OOM, which it then re-raises; k2-fsa/icefall#1844), a paste cut before the OOM
             r"Your GPU ran out of memory with the current max_duration setting",
+            # (round 76, tune73) libgpuarray, Theano's GPU backend (pygpu), on a device
+            # allocation ("pygpu.gpuarray.GpuArrayException: b'out of memory'", Theano/Theano
+            # #6342), and DyNet's CUDA_CHECK on cudaMalloc, which prints its pools and then "CUDA
+            # is unable to allocate enough GPU memory on GPU:0, at current stage only 6 MB out of
+            # 2004 MB is free." (conala-corpus/conala-baseline#4)
+            r"\bGpuArrayException: b?['\"]?out of memory",
+            r"\bCUDA is unable to allocate enough GPU memory on GPU:\d+",
         ),
     ),
     (
@@ -1344,6 +1356,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?:Micro batch size per gpu|Gradient accumulation steps|Train batch size): "
             r"\S+ has to be greater than 0",
             r"train_batch_size is not equal to micro_batch_per_gpu",
+            # (round 76, tune73) accelerate's _prepare_deepspeed given two models to wrap under
+            # one DeepSpeed engine ("You can't use same `Accelerator()` instance with multiple
+            # models when using DeepSpeed", a DreamBooth run training its text encoder too;
+            # ShivamShrirao/diffusers#241): the launch config, not the script's code
+            r"You can't use same `Accelerator\(\)` instance with multiple models when using"
+            r" DeepSpeed",
             # "auto" left in a config that no Trainer fills in (accelerate, plain DeepSpeed)
             r"(?:'auto'|\"auto\"|`auto`).{0,80}(?:not (?:supported|allowed|valid)|can ?not|can't)",
             r"(?:not (?:supported|allowed)|can ?not|can't).{0,60}(?:'auto'|\"auto\"|`auto`)",
@@ -2080,7 +2098,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Check failed: error == cudaSuccess unspecified launch failure", facebookresearch/
             # Detectron#528) and a reporter's retyping ("RuntimeError:cuda error:unspecified
             # launch failure", Sierkinhane/CRNN_Chinese_Characters_Rec#137)
-            r"\bunspecified launch failure\b",
+            # (round 76, tune73: also glued to the next glog line, as pasted threads run them
+            # together: "... cudaSuccess unspecified launch failureF0628 19:13:22 ...",
+            # facebookarchive/caffe2#1936)
+            r"\bunspecified launch failure(?![a-z])",
             # -- issue 12, round 9: the sticky CUDA errors by their enum names, as the driver
             # API (TensorFlow's stream executor: "could not synchronize on CUDA stream:
             # CUDA_ERROR_ILLEGAL_ADDRESS") and the runtime API (cudaErrorIllegalAddress)
@@ -2195,6 +2216,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # and Horovod's driver never hearing from its tasks ("Timed out waiting for tasks
             # to start. Please check connectivity between servers", ray-project/ray#15300)
             r"gloo::IoException",
+            # (round 76, tune73) UCX's InfiniBand/RoCE transport when the peer never acknowledged
+            # a send within the retry budget (IBV_WC_RETRY_EXC_ERR, ib_mlx5_log.c: "Transport
+            # retry count exceeded on mlx5_0:1/RoCE (synd 0x15 ...)", then UCX's fatal
+            # backtrace; an MPI/Horovod allreduce across nodes, horovod/horovod#1390): the link
+            # between nodes
+            r"\bTransport retry count exceeded on \w+:\d+",
             r"http_store\.cc:\d+\].*Wait timeout",
             r"Timed out waiting for tasks to start\. Please check connectivity",
             r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument"
@@ -2630,6 +2657,25 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (find_unused_parameters, static_graph, use_reentrant), the same on every retry
             r"\bExpected to mark a variable ready only once\.",
             r"\bExpected to have finished reduction in the prior iteration before starting",
+            # (round 76, tune73) Cython's argument check, a TypeError however it reaches the
+            # log ("Argument 'x' has incorrect type (expected cupy.core.core.ndarray, got
+            # Variable)", after Chainer's "Exception in main training loop: "; dhgrs/
+            # chainer-WaveGlow#6), and Chainer's type check on a function's inputs
+            # (utils/type_check.py InvalidType: "Invalid operation is performed in: Concat
+            # (Forward)" over "Expect: ..." and "Actual: ..."; Bartzi/see#65): the script's
+            # code or data
+            r"\bArgument '\w+' has incorrect type \(expected [\w.]+, got [\w.]+\)",
+            r"^Invalid operation is performed in: \w+ \((?:Forward|Backward)\)",
+            # (round 76, tune73) Caffe's text prototxt, the net's or the solver's configuration:
+            # protobuf's parser on a field this build does not know ("[libprotobuf ERROR
+            # google/protobuf/text_format.cc:274] Error parsing text-format caffe.NetParameter:
+            # 53:27: Message type \"caffe.LayerParameter\" has no field named ...", a fork's
+            # layer; mitmul/ssai#2) and the CHECK that follows (upgrade_proto.cpp
+            # ReadNetParamsFromTextFileOrDie). The binary reader's, a .caffemodel, is a
+            # checkpoint's (round 67)
+            r"\bError parsing text-format caffe\.\w+: \d+:\d+: ",
+            r"Check failed: ReadProtoFromTextFile\(param_file, param\) Failed to parse"
+            r" (?:Net|Solver)Parameter file",
         ),
     ),
 )
@@ -3017,6 +3063,10 @@ _INDENTED_MESSAGE = re.compile(
     r"|\[\[(?:Node: |\{\{node |node )"
     # (round 67) nolearn's epoch table, right-aligned under its header
     rf"|{_NOLEARN_NAN_ROW}"
+    # (round 76, tune73) a JSON file's line holding a value Python's json writes for a float
+    # NaN or inf, a pasted trainer_state.json ('      "eval_loss": NaN,', TencentGameMate/
+    # chinese_speech_pretrain#22): no Python source has a bare NaN or Infinity
+    r'|"[^"]+": (?:NaN|-?Infinity),?\s*$'
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
