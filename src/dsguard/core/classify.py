@@ -556,6 +556,12 @@ _TRIGGERS: tuple[str, ...] = (
     "Transport retry count exceeded",  # UCX on InfiniBand/RoCE: the peer never acknowledged
     "SolverParameter file",  # Caffe's solver prototxt, "Failed to parse SolverParameter file"
     "nvalid operation is performed in",  # Chainer's type check, its message's own line
+    # -- round 77 (tune74): each shares its first character with a trigger above
+    "cost-scaling factor",  # Marian's fp16 scaler: "... cost-scaling factor X is already at"
+    "ost inf",  # Marian's update line with an inf cost ("nan" has its own trigger)
+    "EM_OBJECT_ALLOCATION_FAILURE",  # OpenCL's CL_MEM_OBJECT_ALLOCATION_FAILURE
+    "emory Object Allocation Failure",  # ... as boost.compute's opencl_error words it
+    "No OpenCL device found",  # LightGBM's GPU learner on a machine without one
 )
 
 
@@ -757,6 +763,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (junjie18/CMT#15); cudaErrorMemoryAllocation is that error's enum name
             r"OOM when allocating tensor.{0,300}?/device:GPU:\d",
             r"(?i:\bcuda failed with error (?:\d+ )?out of memory)",
+            # (round 77, tune74) tiny-cuda-nn's CUDA_CHECK_THROW on its allocation, which
+            # instant-ngp and the NeRF codebases on it print ("Uncaught exception: Could not
+            # allocate memory: .../gpu_memory.h:109 cudaMalloc(&rawptr, n_bytes+
+            # DEBUG_GUARD_SIZE*2) failed with error out of memory", NVlabs/instant-ngp#182)
+            r"\bcuda\w*Malloc\w*\(.*\) failed with error out of memory",
+            # (round 77, tune74) OpenCL's device allocation failing, as boost.compute words
+            # CL_MEM_OBJECT_ALLOCATION_FAILURE ("terminate called after throwing an instance of
+            # 'boost::wrapexcept<boost::compute::opencl_error>'  what():  Memory Object
+            # Allocation Failure", LightGBM's GPU learner past what the card holds;
+            # lightgbm-org/LightGBM#4480) and by its enum name: the GPU's memory, as a CUDA OOM
+            r"\bCL_MEM_OBJECT_ALLOCATION_FAILURE\b|\bMemory Object Allocation Failure\b",
             r"cudaErrorMemoryAllocation",
             # (round 35, tune32) MXNet's CUDA_CALL check on a kernel launch (mxnet_op.h: "Check
             # failed: err == cudaSuccess (2 vs. 0) Name: mxnet_generic_kernel ErrStr:out of
@@ -1809,6 +1826,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ("total_loss: inf (inf)  ...  koleo_loss: inf (inf)", facebookresearch/dinov2#143).
             # A tracker's initial best value ("best_loss: inf") has no running average
             r"(?i:\b\w*loss\w*: [-+]?inf \([-+]?inf\))",
+            # (round 77, tune74) Marian's training log names its loss "Cost": the update line
+            # with a NaN/inf cost ("Ep. 1 : Up. 300 : Sen. 137,255 : Cost nan : Time 17.18s :
+            # nan words/s", marian-nmt/marian-dev#699), and its fp16 cost scaler at its floor
+            # (training/graph_group.cpp: "NaN/Inf percentage 0.70 in 10 gradient updates, but
+            # cost-scaling factor 7.62939e-06 is already at minimum", marian-nmt/marian#386)
+            r"\bUp\. \d+ : .*: Cost [-+]?(?:nan|inf)\b",
+            r"\bNaN/Inf percentage [\d.]+ in \d+ gradient updates, but cost-scaling factor \S+"
+            r" is already at minimum",
             # (round 21) SpeechBrain's Brain.check_loss_isfinite on a non-finite loss, before its
             # patience runs out (speechbrain/core.py, and PaddleSpeech's copy: logger.warning(
             # "Parameter is not finite: " + str(p)) for each parameter that is NaN/inf;
@@ -2674,6 +2699,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ReadNetParamsFromTextFileOrDie). The binary reader's, a .caffemodel, is a
             # checkpoint's (round 67)
             r"\bError parsing text-format caffe\.\w+: \d+:\d+: ",
+            # (round 77, tune74) LightGBM's GPU learner finding no OpenCL device ("Met
+            # Exceptions:" then "No OpenCL device found", its CLI; "[LightGBM] [Fatal] No
+            # OpenCL device found"; lightgbm-org/LightGBM#532): the machine or the job's
+            # device settings
+            r"(?:^|\[Fatal\] )No OpenCL device found\b",
             r"Check failed: ReadProtoFromTextFile\(param_file, param\) Failed to parse"
             r" (?:Net|Solver)Parameter file",
         ),
@@ -3067,6 +3097,10 @@ _INDENTED_MESSAGE = re.compile(
     # NaN or inf, a pasted trainer_state.json ('      "eval_loss": NaN,', TencentGameMate/
     # chinese_speech_pretrain#22): no Python source has a bare NaN or Infinity
     r'|"[^"]+": (?:NaN|-?Infinity),?\s*$'
+    # (round 77, tune74) darknet's check_error printed into its layer table, after the index
+    # of the layer it was building ("    3 CUDA Error: out of memory", pjreddie/darknet#904):
+    # an IPython-numbered source line looks the same but is never "CUDA Error:"
+    r"|^\s*\d+ CUDA Error: "
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
