@@ -1599,6 +1599,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # checkpoint lacks a key the model has ("RuntimeError: Missing key in checkpoint
             # state_dict: model.layers.0.attention.wq.weight.", pytorch/torchtitan#961)
             r"Missing key in checkpoint state_dict: ",
+            # (round 78, tune75) torch.distributed.checkpoint gathering every rank's failure
+            # while it loads or saves a sharded checkpoint ("torch.distributed._shard.checkpoint.
+            # api.CheckpointException: CheckpointException ranks:dict_keys([0, 1, 2, 3])", each
+            # rank's traceback below it; an FSDP resume, pytorch/pytorch#86483): the checkpoint
+            # step, whatever failed inside it (a disk full inside still reads as disk_full)
+            r"\bCheckpointException ranks:",
             # (round 41, tune38) ... and its filesystem reader finding a saved shard of another
             # shape (distributed/checkpoint/filesystem.py read_data: "AssertionError: req
             # MetadataIndex(fqn='model.embed_tokens.weight', ...) mismatch sizes torch.Size(
@@ -2081,6 +2087,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # failure 8: CUDNN_STATUS_EXECUTION_FAILED ; GPU=0 ; ...",
             # triton-inference-server/server#4766); its ALLOC_FAILED is an OOM, above
             r"CUDNN failure \d+: CUDNN_STATUS_(?!ALLOC_FAILED)\w+",
+            # (round 78, tune75) ... and TensorFlow's stream executor logging the status of a
+            # cuDNN call that ran and failed ("E tensorflow/stream_executor/cuda/cuda_dnn.cc:82]
+            # CUDNN_STATUS_EXECUTION_FAILED" over "in .../cuda_dnn.cc(2804): 'cudnnBatch
+            # NormalizationForwardTraining(...)'", eriklindernoren/Keras-GAN#179). Only the
+            # statuses of a kernel that failed on the device: BAD_PARAM and NOT_SUPPORTED are the
+            # graph's, and "Could not create cudnn handle" is start-up, often memory
+            r"\bcuda_dnn\.cc:\d+\] CUDNN_STATUS_(?:EXECUTION_FAILED|MAPPING_ERROR)\b",
             # (round 28) ROCm's "no kernel image": the HIP runtime finding no code object for
             # the GPU's architecture (rocclr hip_code_object.cpp: "hipErrorNoBinaryForGpu:
             # Coudn't find binary for current devices!", later "Unable to find code object
@@ -2191,6 +2204,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # preempted" (kubeflow/trainer#999)
             r"\btermination is imminent\b|\bimminent node shutdown\b",
             r"systemd-logind(?:\[\d+\])?:? Power key pressed\b",
+            # (round 78, tune75) YARN taking a container back for another queue's work (the
+            # ResourceManager's diagnostic, SchedulerUtils.PREEMPTED_CONTAINER, "Container
+            # preempted by scheduler", exit status -102 = ContainerExitStatus.PREEMPTED), as a
+            # TensorFlow-on-YARN application master logs it (ShifuML/shifu#592)
+            r"\bContainer preempted by scheduler\b",
             # batch schedulers' own kills for time or by a person: PBS/Torque ("=>> PBS: job
             # killed: walltime 7230 exceeded limit 7200"), LSF's TERM_ reasons ("TERM_RUNLIMIT:
             # job killed after reaching LSF run time limit.", TERM_OWNER, TERM_ADMIN,
