@@ -1605,6 +1605,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # rank's traceback below it; an FSDP resume, pytorch/pytorch#86483): the checkpoint
             # step, whatever failed inside it (a disk full inside still reads as disk_full)
             r"\bCheckpointException ranks:",
+            # (round 79, tune76) Paddle's optimizer restoring a saved state that lacks one of its
+            # accumulators (optimizer.py set_state_dict: "AssertionError: Optimizer set error,
+            # conv2d_2.w_0_velocity_0 should in state dict", a resume from .pdopt;
+            # PaddlePaddle/Paddle#38065)
+            r"\bOptimizer set error, \S+ should in state dict",
             # (round 41, tune38) ... and its filesystem reader finding a saved shard of another
             # shape (distributed/checkpoint/filesystem.py read_data: "AssertionError: req
             # MetadataIndex(fqn='model.embed_tokens.weight', ...) mismatch sizes torch.Size(
@@ -2722,6 +2727,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # OpenCL device found"; lightgbm-org/LightGBM#532): the machine or the job's
             # device settings
             r"(?:^|\[Fatal\] )No OpenCL device found\b",
+            # (round 79, tune76) safetensors' writer (Rust) on a path that does not exist or
+            # may not be written ("Error while serializing: IoError(Os { code: 3, kind:
+            # NotFound, message: ... })", a LoRA saved to a folder never made;
+            # Comfy-Org/ComfyUI#8531): the job's output path. Not a full disk, whose kind and
+            # "No space left on device" message the disk rules read
+            r"\bError while serializing: IoError\(Os \{ code: \d+, kind: (?:NotFound|"
+            r"PermissionDenied)\b",
             r"Check failed: ReadProtoFromTextFile\(param_file, param\) Failed to parse"
             r" (?:Net|Solver)Parameter file",
         ),
