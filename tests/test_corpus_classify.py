@@ -43,10 +43,10 @@ def _score(group: str) -> Score:
 
 def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
-    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune76`` (each ``tuneN`` the held-out
+    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune77`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
-    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3`` and ``heldout78``."""
+    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2`` and
+    ``heldout3``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 4004
     assert len({c.label for c in failures}) == 12
@@ -78,7 +78,7 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 #: host rule read; as tune53, round 56's rules read it as device memory. heldout78 (round
 #: 79's rules, scored once) took two logs labelled host_oom for cuda_oom (3 of 5 right).
 _IMPRECISE: dict[str, str] = {
-    "heldout78": "round 79's rules, scored once: two host OOMs read as device OOMs (3 of 5)",
+    "tune77": "round 79's rules, scored once as heldout78: two host OOMs read as device OOMs",
 }
 
 
@@ -552,6 +552,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # took it to 31/32. Left as it reads: derrian-distro/LoRA_Easy_Training_Scripts#170,
     # sd-scripts' "NaN detected in latents" while caching, labelled a divergence, a user error.
     "tune76": (0.968, 0),
+    # tune77 (29 logs, the last pair of round 77's six helpers, not split, kept staged and
+    # unread until round 79's rules froze at b7c5444, then scored once on them): 21/29 = 72.4%
+    # (unknown 17.2%), its record as a held-out set; a tuning set since round 80.
+    "tune77": (0.724, 5),
 }
 
 
@@ -591,26 +595,6 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
     return score([c for c in CASES if c.group in groups], with_probable=True)
 
 
-def test_heldout78_accuracy_floor() -> None:
-    """heldout78 (29 logs gathered by two of round 77's six helpers, one pair's set, not
-    split; scored once on the rules frozen at b7c5444): 21/29 = 72.4% (unknown 17.2%); its
-    record as a held-out set, held as a floor."""
-    s = _score("heldout78")
-    assert s.accuracy >= 0.724 and s.predicted("unknown") <= 5
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 target not met: 72.4% (unknown 17.2%) on the fresh heldout78",
-)
-def test_the_fresh_set_meets_the_accuracy_and_unknown_targets() -> None:
-    """The issue's accuracy targets on the newest held-out set, scored once on frozen rules:
-    >= 95% right and ``unknown`` below 3% (heldout78: 72.4%, 17.2%; every fresh set's
-    record is in bench/RESULTS.md). Which logs were missed is not read (a held-out set)."""
-    s = _score("heldout78")
-    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
-
-
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
@@ -619,14 +603,8 @@ def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> Non
     round since they were gathered (never read, never written from), so this figure leans on
     sets that are no longer fresh: the issue's targets are judged on the newest set, scored
     once (bench/RESULTS.md)."""
-    s = _with_probable(HELDOUT[:3])
+    s = _with_probable(HELDOUT)
     assert s.accuracy >= 0.976 and s.predicted("unknown") / s.n < 0.03
-
-
-def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
-    """heldout78 read with the probable kind: 22/29 = 75.9%, nothing named 4; floors there."""
-    s = _with_probable(("heldout78",))
-    assert s.accuracy >= 0.758 and s.predicted("unknown") <= 4
 
 
 #: Sets on which the probable kind names an OOM for a user error (a strict xfail each). None
