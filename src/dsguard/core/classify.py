@@ -562,6 +562,8 @@ _TRIGGERS: tuple[str, ...] = (
     "EM_OBJECT_ALLOCATION_FAILURE",  # OpenCL's CL_MEM_OBJECT_ALLOCATION_FAILURE
     "emory Object Allocation Failure",  # ... as boost.compute's opencl_error words it
     "No OpenCL device found",  # LightGBM's GPU learner on a machine without one
+    # -- round 80 (tune77): shares its first character with a trigger above
+    "exception of type CUDBG_",  # CUDA's coredump on a device exception, "Detected an ..."
 )
 
 
@@ -700,8 +702,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?:CUDA|HIP) out of memory",
             # (not Ray's: "ray.exceptions.OutOfMemoryError: Task was killed due to the node
             # running low on memory", its memory monitor killing a worker for host RAM; round
-            # 29: nor the older monitor's RayOutOfMemoryError, below)
-            r"(?<!ray\.exceptions\.)(?<!\()(?<!Ray)OutOfMemoryError"
+            # 29: nor the older monitor's RayOutOfMemoryError, below; round 80: nor the JVM's
+            # java.lang.OutOfMemoryError, below)
+            r"(?<!ray\.exceptions\.)(?<!\()(?<!Ray)(?<!java\.lang\.)OutOfMemoryError"
             r"(?!: Task was killed due to the node)",
             # cudaMalloc outside the caching allocator (SlowFast#702), the driver API behind
             # expandable segments (unslothai/unsloth#2401), pre-1.0 THC (neural-motifs#58),
@@ -1066,6 +1069,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # used (15.98 / 16.82 GB). The top 5 memory consumers are: ..."), raised in the
             # driver or a worker when the node's RAM passes its threshold (ray-project/ray#4877)
             r"\bRayOutOfMemoryError\b",
+            # (round 80, tune77) the JVM's own, for its heap or the off-heap memory JavaCPP
+            # allocates for DL4J/ND4J arrays ("Exception in thread \"main\" java.lang.
+            # OutOfMemoryError: Cannot allocate new FloatPointer(334938240): totalBytes = 5G,
+            # physicalBytes = 6G", deeplearning4j/deeplearning4j-examples#677): host memory.
+            # ND4J's CUDA backend reports a device allocation in other words
+            r"\bjava\.lang\.OutOfMemoryError\b",
             # (round 9) ... and the raylet's summary of the workers that monitor killed
             # (src/ray/raylet/node_manager.cc: "1 Workers (tasks / actors) killed due to
             # memory pressure (OOM), 0 Workers crashed due to other reasons at node ..."),
@@ -2002,6 +2011,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # error: invalid device function", a kernel not built for the GPU's architecture;
             # verl-project/verl#3163)
             r"HIP error:",
+            # (round 80, tune77) CUDA's GPU core dump on a device exception
+            # (CUDA_ENABLE_COREDUMP_ON_EXCEPTION: "coredump: Detected an exception of type
+            # CUDBG_EXCEPTION_WARP_ILLEGAL_ADDRESS (14)", a vLLM engine woken after sleep;
+            # NovaSky-AI/SkyRL#428), and cudaErrorInvalidDeviceFunction's text alone, as pycaffe
+            # raises it ("RuntimeError: invalid device function", a build without the GPU's
+            # architecture; gnina/scripts#45)
+            r"\bDetected an exception of type CUDBG_EXCEPTION_\w+",
+            r"\binvalid device function\b",
             r"CUDA driver error:",
             # (round 38, tune35) FlashInfer's FLASHINFER_CUDA_CALL (include/flashinfer/utils.cuh:
             # std::cerr << "CUDA Error: " << cudaGetErrorString(e) << " (" << e << ") " <<
@@ -2463,6 +2480,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # nccl_helper.h makes it ("Check failed: dynload::ncclGroupEnd() == ncclSuccess (1
             # vs. 0)", PaddlePaddle/Paddle#14620)
             r"Check failed: (?:\w+::)*nccl\w+\([^)]*\) == ncclSuccess\b",
+            # (round 80, tune77) ... and on the status an NCCL call returned, as NVCaffe's
+            # parallel.cpp checks it ("Check failed: result == ncclSuccess (13 vs. 0)  invalid
+            # data type", NVIDIA/caffe#457)
+            r"Check failed: \w+ == ncclSuccess \([1-9]\d* vs\. 0\)",
             r"mesh_service\.cc:\d+ : Failed to meet rendezvous '",
             r"Getting socket times out\. Reason: Remote Rank did not send the data in time",
             # (round 38, tune35) TensorFlow's collectives (CollectiveAllReduceStrategy) losing
@@ -3199,9 +3220,20 @@ _RAY_WORKER = re.compile(_RAY_WORKER_PREFIX + "$")
 _CODE_MISTAKES = frozenset(
     {
         "TypeError", "AttributeError", "NameError", "ImportError", "ModuleNotFoundError",
-        "SyntaxError", "IndentationError", "UnboundLocalError",
+        "SyntaxError", "IndentationError", "UnboundLocalError", "ZeroDivisionError",
     }
 )  # fmt: skip
+# (round 80, tune77) Ray re-raising a task's exception in the driver under its own class, the
+# task's in parentheses ("ray.exceptions.RayTaskError(ZeroDivisionError): ray::PPOTrainer.
+# fit() (pid=111331, ...)", TideDra/lmm-r1#82): the task's class is what the line says, read as
+# the script's own error only when it is one of _CODE_MISTAKES (a RayTaskError(RuntimeError) is
+# as often another process's failure echoed)
+_RAY_TASK_ERROR = re.compile(r"\bRayTaskError\(((?:[A-Za-z_]\w*\.)*[A-Z]\w*)\): ")
+# (round 80, tune77) R's reticulate, through which R's keras and tensorflow packages call
+# Python, reporting the Python exception inside R's own error ("Error in py_call_impl(callable,
+# dots$args, dots$keywords) : ValueError: You must call `compile()` before using the model.";
+# rstudio/keras3#804, #1450): the Python exception line, after R's words
+_RETICULATE_EXC = re.compile(rf"\bError in py_call_impl\([^)]*\)\s*:\s*{_EXC_CLASS}:\s")
 # (round 55) Ray's log deduplication (RAY_DEDUP_LOGS, on by default) prints a line that many
 # workers printed once, with " [repeated 43x across cluster]" after it, and the first time
 # "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 ...)" after that: not the
@@ -3689,6 +3721,12 @@ class StreamClassifier:
             r = _EXC_REPR.search(body) or _QUOTED_EXC.search(body) or _DEBUGGER_EXC.match(body)
             if r is not None and (r.group(1) or "").rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
+            r = _RETICULATE_EXC.search(body)
+            if r is not None and r.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
+                return make(FailureKind.USER_CODE_ERROR, r)
+            r = _RAY_TASK_ERROR.search(body)
+            if r is not None and r.group(1).rsplit(".", 1)[-1] in _CODE_MISTAKES:
+                return make(FailureKind.USER_CODE_ERROR, r)
             return None
         name = m.group(1).rsplit(".", 1)[-1]
         if name not in _CODE_MISTAKES and _RAY_WORKER.search(line, 0, offset) is not None:
