@@ -564,6 +564,8 @@ _TRIGGERS: tuple[str, ...] = (
     "No OpenCL device found",  # LightGBM's GPU learner on a machine without one
     # -- round 80 (tune77): shares its first character with a trigger above
     "exception of type CUDBG_",  # CUDA's coredump on a device exception, "Detected an ..."
+    # -- round 82 (tune78): shares its first character with a trigger above
+    "not an sstable",  # TF's table reader on a checkpoint file of another format
 )
 
 
@@ -771,6 +773,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # allocate memory: .../gpu_memory.h:109 cudaMalloc(&rawptr, n_bytes+
             # DEBUG_GUARD_SIZE*2) failed with error out of memory", NVlabs/instant-ngp#182)
             r"\bcuda\w*Malloc\w*\(.*\) failed with error out of memory",
+            # (round 82, tune78) XGBoost's GPU allocator (src/common/device_helpers.cuh,
+            # ThrowOOMError: "Memory allocation error on worker 3: Caching allocator" over "-
+            # Free memory: 224067584" and "- Requested memory: 878511352"; XGBoost4J-Spark on
+            # V100s, dmlc/xgboost#8292)
+            r"\bMemory allocation error on worker \d+: ",
+            # (round 82) CatBoost's CUDA_SAFE_CALL on cudaErrorMemoryAllocation ("CUDA error 2:
+            # out of memory", the format of its other errors, below)
+            r"\bCUDA error 2: out of memory\b",
             # (round 77, tune74) OpenCL's device allocation failing, as boost.compute words
             # CL_MEM_OBJECT_ALLOCATION_FAILURE ("terminate called after throwing an instance of
             # 'boost::wrapexcept<boost::compute::opencl_error>'  what():  Memory Object
@@ -1619,6 +1629,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # conv2d_2.w_0_velocity_0 should in state dict", a resume from .pdopt;
             # PaddlePaddle/Paddle#38065)
             r"\bOptimizer set error, \S+ should in state dict",
+            # (round 82, tune78) TensorFlow's table reader, which reads checkpoints' index and
+            # data files, on a file of another format ("Could not open ./checkpoints/
+            # VGG_VOC0712_SSD_300x300_ft_iter_120000.ckpt.data-00000-of-00001: Data loss: not
+            # an sstable (bad magic number)", a converted Caffe model; balancap/SSD-Tensorflow
+            # #241)
+            r"\bnot an sstable \(bad magic number\)",
             # (round 41, tune38) ... and its filesystem reader finding a saved shard of another
             # shape (distributed/checkpoint/filesystem.py read_data: "AssertionError: req
             # MetadataIndex(fqn='model.embed_tokens.weight', ...) mismatch sizes torch.Size(
@@ -2018,6 +2034,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # raises it ("RuntimeError: invalid device function", a build without the GPU's
             # architecture; gnina/scripts#45)
             r"\bDetected an exception of type CUDBG_EXCEPTION_\w+",
+            # (round 82, tune78) CatBoost's CUDA_SAFE_CALL ("(class TCatBoostException)
+            # .../catboost/cuda/cuda_util/sort.cpp:166: CUDA error 9: invalid configuration
+            # argument", catboost/catboost#2251): cudaGetErrorString after its code; its code 2,
+            # out of memory, is a device OOM
+            r"\bCUDA error (?!2:)\d+: [a-z]",
             r"\binvalid device function\b",
             r"CUDA driver error:",
             # (round 38, tune35) FlashInfer's FLASHINFER_CUDA_CALL (include/flashinfer/utils.cuh:
@@ -2042,7 +2063,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 39, tune36: Paddle 1.x's enforce raising the status itself,
             # "paddle.fluid.core.EnforceNotMet: CUDNN_STATUS_EXECUTION_FAILED at [.../
             # conv_cudnn_op.cu.cc:230]", PaddlePaddle/Paddle#15140)
-            r"(?:cuDNN error: |(?:RuntimeError|CuDNNError|EnforceNotMet): (?:\d+: )?"
+            # (round 82, tune78: and TensorFlow's error classes carrying the status first,
+            # "tensorflow.python.framework.errors_impl.UnknownError: CUDNN_STATUS_EXECUTION_
+            # FAILED" over the cuda_dnn.cc call, Arturus/kaggle-web-traffic#35)
+            r"(?:cuDNN error: |(?:RuntimeError|CuDNNError|EnforceNotMet|UnknownError|InternalError)"
+            r": (?:\d+: )?"
             r"|(?:\(External\)|ExternalError:)\s+(?i:cudnn) error(?:\(\d+\))?,\s*)CUDNN_STATUS_",
             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # kernel assert
             # (round 70, tune67) ... its thread's index and the backquoted condition left when a
@@ -2748,6 +2773,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # OpenCL device found"; lightgbm-org/LightGBM#532): the machine or the job's
             # device settings
             r"(?:^|\[Fatal\] )No OpenCL device found\b",
+            # (round 82, tune78) Marian's option parser failing to convert a configured value
+            # ("Error: Aborted from static To marian::fastopt_helpers::Convert<To, std::string>::
+            # apply(const string&) [with To = int; ...]" after "Error: Not implemented", a YAML
+            # option of another type; marian-nmt/marian#411): the job's configuration
+            r"\bAborted from .*\bfastopt_helpers::Convert<",
             # (round 79, tune76) safetensors' writer (Rust) on a path that does not exist or
             # may not be written ("Error while serializing: IoError(Os { code: 3, kind:
             # NotFound, message: ... })", a LoRA saved to a folder never made;
