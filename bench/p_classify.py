@@ -13,6 +13,8 @@ Three sets, scored separately:
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
   ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record);
+  ``heldout80`` (7 logs gathered by two helpers on the session's last look-ups, one set, not
+  split: the fresh set);
   ``heldout79`` (31 logs gathered by round 81's four helpers, one set, not split: the fresh
   set);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
@@ -298,7 +300,7 @@ TUNING_SETS = (
     "tune77",
     "tune78",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout80")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
