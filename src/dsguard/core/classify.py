@@ -3242,7 +3242,8 @@ _PREFIX = re.compile(
 # A line whose peeled prefixes end with a Ray worker's (_judge reads the prefix part of it)
 _RAY_WORKER = re.compile(_RAY_WORKER_PREFIX + "$")
 # (round 55) The exception classes Python itself raises for a mistake in the code that calls
-# (a wrong keyword or argument count, a missing attribute, name or module, a syntax error):
+# (a wrong keyword or argument count, a missing attribute, name or module, a syntax error;
+# round 80: a division by zero, an empty batch or count in the script's own arithmetic):
 # behind a Ray worker's prefix only these are read as the script's own error. Ray gathers many
 # processes' output into the driver's (engines, actors, its own helpers), and a library's
 # RuntimeError there is as often the echo of another process's failure (an actor that died, a
@@ -3258,7 +3259,7 @@ _CODE_MISTAKES = frozenset(
 # fit() (pid=111331, ...)", TideDra/lmm-r1#82): the task's class is what the line says, read as
 # the script's own error only when it is one of _CODE_MISTAKES (a RayTaskError(RuntimeError) is
 # as often another process's failure echoed)
-_RAY_TASK_ERROR = re.compile(r"\bRayTaskError\(((?:[A-Za-z_]\w*\.)*[A-Z]\w*)\): ")
+_RAY_TASK_ERROR = re.compile(rf"\bRayTaskError\({_EXC_CLASS}\): ")
 # (round 80, tune77) R's reticulate, through which R's keras and tensorflow packages call
 # Python, reporting the Python exception inside R's own error ("Error in py_call_impl(callable,
 # dots$args, dots$keywords) : ValueError: You must call `compile()` before using the model.";
