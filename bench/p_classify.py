@@ -8,13 +8,11 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` to ``tune78``: each ``tuneN`` was the fresh held-out set
+  README); ``tune3`` to ``tune79``: each ``tuneN`` was the fresh held-out set
   ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
   ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record);
-  ``heldout80`` (7 logs gathered by two helpers on the session's last look-ups, one set, not
-  split: the fresh set);
   ``heldout79`` (31 logs gathered by round 81's four helpers, one set, not split: the fresh
   set);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
@@ -299,8 +297,9 @@ TUNING_SETS = (
     "tune76",
     "tune77",
     "tune78",
+    "tune79",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout80")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
