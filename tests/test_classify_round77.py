@@ -3,9 +3,10 @@ code that prints the message: darknet's check_error inside its layer table (a li
 echoed-source test used to drop), Marian's "Cost nan" update lines and its fp16 cost scaler at
 its floor, tiny-cuda-nn's cudaMalloc check, OpenCL's device allocation failure, and LightGBM's
 GPU learner without an OpenCL device. Each positive case fails on the rules before round 77;
-the near misses pass before and after. Left as it reads: CharlesShang/TFFRCNN#68, TensorFlow
+the near misses pass before and after. Left as it read then: CharlesShang/TFFRCNN#68, TensorFlow
 1.x's "Resource exhausted: OOM when allocating tensor with shape[25088,4096]" with the device
-cut off the paste (BFC's allocator serves host memory too), labelled a device OOM, ``unknown``.
+cut off the paste, labelled a device OOM; read as one since round 85 (the BFC allocator's map
+before it, tests/test_classify_round85.py).
 """
 
 from __future__ import annotations

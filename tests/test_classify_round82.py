@@ -2,9 +2,10 @@
 code that prints the message: TensorFlow's table reader on a checkpoint of another format,
 TensorFlow's error classes carrying a cuDNN status, XGBoost's GPU allocator, CatBoost's CUDA
 check, and Marian's option parser. Each positive case fails on the rules before round 82; the
-near misses pass before and after. Left as it reads: jayparks/tf-seq2seq#11, TensorFlow 1.x's
-"Resource exhausted: OOM when allocating tensor with shape[500,15000]" with the device cut off
-the paste, as CharlesShang/TFFRCNN#68 in round 77.
+near misses pass before and after. Left as it read then: jayparks/tf-seq2seq#11, TensorFlow
+1.x's "Resource exhausted: OOM when allocating tensor with shape[500,15000]" with the device cut
+off the paste, as CharlesShang/TFFRCNN#68 in round 77; both read as device OOMs since round 85
+(the BFC allocator's map before them, tests/test_classify_round85.py).
 """
 
 from __future__ import annotations

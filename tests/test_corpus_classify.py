@@ -168,9 +168,9 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # tune12 (66 logs gathered as heldout13 in round 14 by five helpers that never read the rules;
     # the rules were frozen at 04ffe5d before the set was merged or read): 58/66 = 87.9% (unknown
     # 7.6%), scored once, its record as a held-out set (ds_build_error precision 3/4); a tuning set
-    # since round 15, whose rules took it to 65/66 (a TensorFlow BFC allocator's OOM that names no
-    # device stays ``unknown``: pinned host memory has a BFC allocator too).
-    "tune12": (0.984, 1),
+    # since round 15, whose rules took it to 65/66; 66/66 since round 85 (a TensorFlow BFC
+    # allocator's map before an OOM line that names no device: the GPU's allocator).
+    "tune12": (1.0, 0),
     # tune13 (55 logs gathered as heldout14 in round 15 by five helpers that never read the rules;
     # the rules were frozen at a31e9be before the set was merged or read): 53/55 = 96.4% (unknown
     # 1.8%), scored once, its record as a held-out set; a tuning set since round 16, whose rules
@@ -286,10 +286,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune30": (0.981, 0),
     # tune31 (45 logs gathered as heldout32 in round 32, kept unread until round 33's rules
     # were frozen at ad81cfd): 38/45 = 84.4% (unknown 13.3%), scored once, its record as a
-    # held-out set; a tuning set since round 34, whose rules took it to 44/45. The one left:
-    # TensorFlow's "OOM when allocating tensor with shape[...]" cut before it names a device,
-    # ``unknown`` as in tune12 and tune14 (pinned host memory has a BFC allocator too).
-    "tune31": (0.977, 1),
+    # held-out set; a tuning set since round 34, whose rules took it to 44/45; 45/45 since
+    # round 85 (TensorFlow's "OOM when allocating tensor with shape[...]" cut before it names a
+    # device, after a BFC allocator's map: the GPU's allocator).
+    "tune31": (1.0, 0),
     # tune32 (43 logs gathered as heldout33 with heldout32 in round 32, kept unread until round
     # 34's rules were frozen at c966ec7): 38/43 = 88.4% (unknown 7.0%), scored once, its record
     # as a held-out set; a tuning set since round 35, whose rules took it to 43/43.
@@ -539,9 +539,9 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # tune74 (38 logs, the last pair of round 74's eight helpers, not split, kept staged and
     # unread until round 76's rules froze at 8a2704b, then scored once on them): 31/38 = 81.6%
     # (unknown 18.4%), its record as a held-out set; a tuning set since round 77, whose rules
-    # took it to 37/38. Left as it reads: CharlesShang/TFFRCNN#68, TF 1.x's "Resource
-    # exhausted: OOM when allocating tensor" with its device cut off, unknown.
-    "tune74": (0.973, 1),
+    # took it to 37/38; 38/38 since round 85 (CharlesShang/TFFRCNN#68, TF 1.x's "Resource
+    # exhausted: OOM when allocating tensor" with its device cut off, after a BFC map).
+    "tune74": (1.0, 0),
     # tune75 (27 logs, one pair of round 77's six helpers, not split, kept staged and unread
     # until round 77's rules froze at 8c423ca, then scored once on them): 24/27 = 88.9%
     # (unknown 7.4%), its record as a held-out set; a tuning set since round 78, whose rules
@@ -560,9 +560,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune77": (1.0, 0),
     # tune78 (31 logs gathered by four helpers while round 80's rules were written, merged
     # after they froze at 516c753 and scored once on them): 25/31 = 80.6% (unknown 12.9%), its
-    # record as a held-out set; a tuning set since round 82, whose rules took it to 30/31.
-    # Left as it reads: jayparks/tf-seq2seq#11, TF 1.x's OOM with its device cut, unknown.
-    "tune78": (0.967, 1),
+    # record as a held-out set; a tuning set since round 82, whose rules took it to 30/31;
+    # 31/31 since round 85 (jayparks/tf-seq2seq#11, TF 1.x's OOM with its device cut, after a
+    # BFC map).
+    "tune78": (1.0, 0),
     # tune79 (7 logs gathered by two helpers on the last session's last look-ups while round
     # 82's rules were written, merged after they froze at f20887a and scored once on them):
     # 7/7 (unknown 0), its record as a held-out set; a tuning set since round 84 (nothing to
@@ -570,8 +571,8 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune79": (1.0, 0),
     # tune80 (42 logs, two of round 84's eight helpers, not split, scored once on the rules of
     # the session's start, 653fd9a): 35/42 = 83.3% (unknown 9.5%), its record as a held-out
-    # set; a tuning set since round 85.
-    "tune80": (0.833, 4),
+    # set; a tuning set since round 85, whose rules took it to 42/42.
+    "tune80": (1.0, 0),
 }
 
 

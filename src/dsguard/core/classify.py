@@ -566,6 +566,28 @@ _TRIGGERS: tuple[str, ...] = (
     "exception of type CUDBG_",  # CUDA's coredump on a device exception, "Detected an ..."
     # -- round 82 (tune78): shares its first character with a trigger above
     "not an sstable",  # TF's table reader on a checkpoint file of another format
+    # -- round 85 (tune80): each shares its first character with a trigger above
+    "bfc_allocator.cc:",  # TF's BFC allocator map before an OOM line (_tf_oom_device)
+    "NewWriteableFile",  # TF's Windows file system: "Failed to create a NewWriteableFile: ..."
+    # TensorFlow's grouped root errors ("  (0) Internal: Dst tensor is not initialized."), a
+    # Status' code name after its index (_TF_ROOT_ERROR); "ot found" and "nan" cover none of
+    # them, so each name has its own entry, without its capital (not a first character here)
+    "ancelled: ",
+    "nknown: ",
+    "nvalid argument: ",
+    "eadline exceeded: ",
+    "ot found: ",
+    "ready exists: ",
+    "ermission denied: ",
+    "nauthenticated: ",
+    "esource exhausted: ",
+    "ailed precondition: ",
+    "borted: ",
+    "of range: ",
+    "nimplemented: ",
+    "nternal: ",
+    "navailable: ",
+    "ata loss: ",
 )
 
 
@@ -1149,6 +1171,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # a C++ runtime reports it (Ray's raylet: "CreateFileMapping() failed.
             # GetLastError() = 1455")
             r"\[WinError 1455\]|GetLastError\(\) = 1455\b",
+            # (round 85, tune80) ... as torch's Windows MapAllocator reports it for a tensor a
+            # DataLoader worker shares ("RuntimeError: Couldn't open shared file mapping:
+            # <torch_28076_1033928186_0>, error code: <1455>", ultralytics/ultralytics#14645)
+            r"Couldn't (?:open shared file mapping: |map view of shared file )<[^>]*>, error"
+            r" code: <1455>",
             r"paging file is too small for this operation to complete",
         ),
     ),
@@ -2785,6 +2812,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "No space left on device" message the disk rules read
             r"\bError while serializing: IoError\(Os \{ code: \d+, kind: (?:NotFound|"
             r"PermissionDenied)\b",
+            # (round 85, tune80) TensorFlow's Windows file system failing to create a file for
+            # a path that is not there, too long or not writable (windows_file_system.cc:
+            # "Failed to create a NewWriteableFile: <path> : The system cannot find the path
+            # specified. ; No such process", the Windows error's text then strerror of its
+            # number; a snapshot path over 255 characters, DeepLabCut/DeepLabCut#175): the job's
+            # output path. Windows' own words for a full disk ("There is not enough space on
+            # the disk") stay with the disk rules
+            r"\bFailed to create a NewWriteableFile: .* : (?:The system cannot find the path"
+            r" specified|Access is denied|The filename or extension is too long)\.",
             r"Check failed: ReadProtoFromTextFile\(param_file, param\) Failed to parse"
             r" (?:Net|Solver)Parameter file",
         ),
@@ -2840,7 +2876,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # bash "line 1: 4242 Killed  python"; (round 64, tune60) also with the status padded from
     # the PID, a subshell's command in parentheses ("bash: line 1:  227304  Killed
     # (gmm-latgen-faster ...)", kaldi-asr/kaldi#3751)
-    (re.compile(r": line \d+: +\d+ +(?:Killed|已杀死)"), 9),
+    # (round 85, tune80: with the Markdown emphasis a reporter put around it inside an inline
+    # paste, "trainthemodel.sh: **line 6: 13536 Killed** melody_rnn_train", magenta/magenta
+    # #439, as the alone-on-its-line form above allows)
+    (re.compile(r": [*`_]*line \d+: +\d+ +(?:Killed|已杀死)"), 9),
     # (round 57, tune54) ... pasted from its PID on, the status padded to a column before the
     # command ("71885 Killed                  PYTHONPATH=. python -m kauldron.main ...",
     # google-deepmind/gemma#431)
@@ -3182,6 +3221,8 @@ _INDENTED_MESSAGE = re.compile(
     # of the layer it was building ("    3 CUDA Error: out of memory", pjreddie/darknet#904):
     # an IPython-numbered source line looks the same but is never "CUDA Error:"
     r"|^\s*\d+ CUDA Error: "
+    # (round 85, tune80) TensorFlow's grouped root errors, "  (0) Internal: ..." (_TF_ROOT_ERROR)
+    r"|^\s*\(\d+\) [A-Z][a-z]+(?: [a-z]+)?: "
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
@@ -3202,6 +3243,42 @@ _TRACEBACK = "Traceback (most recent call last)"
 # ConcretizationTypeError: Abstract tracer value ..." (danijar/dreamerv3#5): the wrapper's name,
 # then the exception it wraps, which is what the line says
 _JAX_UNFILTERED = re.compile(r"(?:jax\._src\.traceback_util\.)?UnfilteredStackTrace: ")
+# (round 85, tune80) TensorFlow's grouped root errors: "...InternalError: 2 root error(s)
+# found." then, per error, its index and its Status as Status::ToString prints it, the code's
+# name (core/lib/core/status.cc error_name) and the message ("  (0) Internal: Dst tensor is not
+# initialized.", tensorflow/tensor2tensor#1866; "  (0) Unknown: CUDNN_STATUS_EXECUTION_FAILED",
+# Arturus/kaggle-web-traffic#37). Python raises each code as its own class (errors_impl), so the
+# line is read as that exception line: the rules that know "InternalError: ..." read its cause.
+_TF_ERROR_CLASSES = {
+    "Cancelled": "CancelledError",
+    "Unknown": "UnknownError",
+    "Invalid argument": "InvalidArgumentError",
+    "Deadline exceeded": "DeadlineExceededError",
+    "Not found": "NotFoundError",
+    "Already exists": "AlreadyExistsError",
+    "Permission denied": "PermissionDeniedError",
+    "Unauthenticated": "UnauthenticatedError",
+    "Resource exhausted": "ResourceExhaustedError",
+    "Failed precondition": "FailedPreconditionError",
+    "Aborted": "AbortedError",
+    "Out of range": "OutOfRangeError",
+    "Unimplemented": "UnimplementedError",
+    "Internal": "InternalError",
+    "Unavailable": "UnavailableError",
+    "Data loss": "DataLossError",
+}
+_TF_ROOT_ERROR = re.compile(rf"\(\d+\) ({'|'.join(_TF_ERROR_CLASSES)}): ")
+# (round 85, tune80) The BFC allocator's occupancy map, the line of 100 "*", "x" and "_" it logs
+# before an OOM (bfc_allocator.cc RenderOccupancy). TensorFlow's host allocator is not a BFC one
+# unless TF_CPU_ALLOCATOR_USE_BFC asks for it (common_runtime/process_state.cc GetCPUAllocator),
+# so a map just before an OOM line that names no device is a GPU's allocator (or the pinned
+# host staging it fills on a GPU's behalf): see _tf_oom_device.
+_BFC_OCCUPANCY = re.compile(r"\bbfc_allocator\.cc:\d+\] [*x_]{20,}")
+# ... unless the dump the map ends began with a host allocator's report: MKL builds' (mklcpu),
+# the BFC host allocator asked for (cpu) or the pinned staging one ("Allocator (cuda_host_bfc)
+# ran out of memory trying to allocate 1.2GiB.  Current allocation summary follows.", then the
+# bins and chunks, then the map): that map is host memory's
+_HOST_BFC_OOM = re.compile(r"Allocator \((?:mklcpu|cpu|cuda_host_bfc|gpu_host_bfc)\) ran out of")
 # torch elastic's error file / error_handler report, printed as indented JSON: its "message"
 # value is the child's exception ("message": "RendezvousConnectionError: The connection to
 # the C10d store has failed. ..."), a message although it is indented and starts with a quote.
@@ -3392,7 +3469,10 @@ class StreamClassifier:
         self._frame_src: dict[int | None, str] = {}
         # A TensorFlow OOM line that names no device, waiting for the lines after it
         # (_tf_oom_device): (rank, line, line_no)
-        self._tf_oom: tuple[int | None, str, int, int] | None = None  # ..., lines left
+        # ..., lines left, whether a BFC allocator's map came just before it (_BFC_OCCUPANCY)
+        self._tf_oom: tuple[int | None, str, int, int, bool] | None = None
+        self._bfc_map: dict[int | None, int] = {}  # per rank: line_no of its latest BFC map
+        self._bfc_host: set[int | None] = set()  # ranks whose current BFC dump is host memory
         self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
         # Per rank: the first frame of the current traceback that names its kind on its own
         # (frames.closed_frame_kind), reported only if the traceback never reaches its
@@ -3469,6 +3549,13 @@ class StreamClassifier:
                 done, self._partial_fatal = self._partial_fatal, None
                 found = [ev for ev in found if not (ev.fatal and ev.line_no == done)]
             self._lines += 1
+        if self._tf_oom is not None:  # the log ended within the OOM line's device lines
+            rank, line, line_no, _, bfc = self._tf_oom
+            self._tf_oom = None
+            ev = self._tf_oom_on_bfc(rank, line, line_no, bfc)
+            if ev is not None:
+                self._keep(ev)
+                found.append(ev)
         self._pending += self._cut_hint.values()
         self._cut_hint.clear()
         return found + self._flush_pending()
@@ -3573,17 +3660,20 @@ class StreamClassifier:
         TensorFlow 1.x prints the failed op's placement on the next line ("[[Node: sub_2518 =
         Sub[T=DT_FLOAT, _device="/job:localhost/replica:0/task:0/gpu:0"](...)]]") or its
         allocator's report ("Allocator (GPU_0_bfc) ran out of memory trying to allocate
-        84.60MiB"). A GPU's is cuda_oom, the host's (cpu:0, cpu_allocator) host_oom; none within
-        _TF_DEVICE_LINES lines (or before the log ends) names nothing: the device is not
-        guessed. ``pos`` is the start of the first line to read; a chunk that ends first leaves
-        the rest to the next one (the same evidence whatever the chunking). The lines are only
-        read here; they are classified as usual."""
+        84.60MiB"). A GPU's is cuda_oom, the host's (cpu:0, cpu_allocator) host_oom. When none
+        within _TF_DEVICE_LINES lines (or before the log ends) names one, a BFC allocator's map
+        just before the OOM line (round 85: TF 1.x's "bfc_allocator.cc:277] ****...x" then
+        "op_kernel.cc:1192] Resource exhausted: OOM when allocating tensor with shape[...]",
+        three fresh sets' logs) names the GPU's allocator (_BFC_OCCUPANCY); without one the
+        device is not guessed. ``pos`` is the start of the first line to read; a chunk that
+        ends first leaves the rest to the next one (the same evidence whatever the chunking).
+        The lines are only read here; they are classified as usual."""
         assert self._tf_oom is not None
-        rank, line, line_no, left = self._tf_oom
+        rank, line, line_no, left, bfc = self._tf_oom
         self._tf_oom = None
         while left > 0:
             if pos >= end:  # the chunk ends here: the next one goes on reading (same result
-                self._tf_oom = (rank, line, line_no, left)  # whatever the chunking)
+                self._tf_oom = (rank, line, line_no, left, bfc)  # whatever the chunking)
                 return None
             left -= 1
             eol = _EOL.search(buf, pos, end)
@@ -3597,7 +3687,18 @@ class StreamClassifier:
                     kind, rank, body=body, line=line, line_no=line_no, match_end=len(line)
                 )
             pos = stop + (2 if buf.startswith("\r\n", stop) else 1)
-        return None
+        return self._tf_oom_on_bfc(rank, line, line_no, bfc)
+
+    @staticmethod
+    def _tf_oom_on_bfc(rank: int | None, line: str, line_no: int, bfc: bool) -> Evidence | None:
+        """A TensorFlow OOM line whose device no line after it named: the GPU's when a BFC
+        allocator's map came just before it (_BFC_OCCUPANCY), else nothing."""
+        if not bfc:
+            return None
+        _, body = _split_prefix(line)
+        return _make_evidence(
+            FailureKind.CUDA_OOM, rank, body=body, line=line, line_no=line_no, match_end=len(line)
+        )
 
     def _exception_after_frame(self, buf: str, pos: int, end: int, line_no: int) -> Evidence | None:
         """The exception line that ends a traceback, when its class name has no trigger in it
@@ -3696,6 +3797,14 @@ class StreamClassifier:
             body = stripped
         if (m := _JAX_UNFILTERED.match(body)) is not None:
             body = body[m.end() :]  # the exception JAX wrapped follows (round 44)
+        elif (m := _TF_ROOT_ERROR.match(body.lstrip(" \t"))) is not None:
+            # the rules that read TensorFlow's Status text ("Resource exhausted: Out of memory
+            # while trying to allocate") first; else read as the exception TensorFlow raises
+            # for it (a few characters longer or shorter: only where _clip cuts a long line)
+            ev = self._judge(rank, body, line, line_no, after_frame=after_frame)
+            if ev is not None:
+                return ev
+            body = f"{_TF_ERROR_CLASSES[m.group(1)]}: {m.string[m.end() :]}"
         return self._judge(rank, body, line, line_no, after_frame=after_frame)
 
     def _judge(
@@ -3714,6 +3823,15 @@ class StreamClassifier:
         if _IGNORED in body:
             self._ignored_until = line_no + _IGNORED_WINDOW
             return None
+        if _BFC_OCCUPANCY.search(body) is not None:  # the end of an allocator's dump
+            if rank in self._bfc_host:
+                self._bfc_host.discard(rank)
+                self._bfc_map.pop(rank, None)
+            else:
+                self._bfc_map[rank] = line_no  # read by the OOM line that may follow
+            return None
+        if _HOST_BFC_OOM.search(body) is not None:
+            self._bfc_host.add(rank)  # the dump that follows is host memory's (and judged)
         for kind, rule in _WEAK_RULES:
             if (m := rule.search(body)) is not None:
                 return make(kind, m, weak=True)
@@ -3727,7 +3845,9 @@ class StreamClassifier:
                     return make(FailureKind.HOST_OOM, m)  # ENOSPC of /dev/shm: RAM, not disk
                 return make(rule_kind, m)
         if _TF_OOM.search(body) is not None:
-            self._tf_oom = (rank, line, line_no, _TF_DEVICE_LINES)  # device: a line below
+            mapped = self._bfc_map.get(rank)
+            bfc = mapped is not None and line_no - mapped <= _TF_DEVICE_LINES
+            self._tf_oom = (rank, line, line_no, _TF_DEVICE_LINES, bfc)  # device: a line below
             return None
         for rx, fixed in _SIGNAL_DEATH:
             if (m := rx.search(body)) is not None:
