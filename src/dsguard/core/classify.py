@@ -588,6 +588,8 @@ _TRIGGERS: tuple[str, ...] = (
     "nternal: ",
     "navailable: ",
     "ata loss: ",
+    # -- round 87 (tune81): shares its first character with a trigger above
+    "NCCL operation nccl",  # XLA's NCCL thunks: "NCCL operation ncclAllReduce(...) failed: ..."
 )
 
 
@@ -2350,6 +2352,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # huggingface/diffusers#12422; the HCCL/CNCL ports print both as Work<backend>)
             r"\bWork\w*\(.*\) (?:ran for \d+ milliseconds before timing out"
             r"|timed out in blocking wait\b)",
+            # (round 87, tune81) ... torch 1.x's wording of the same, "[Rank 1] Caught collective
+            # operation timeout: WorkNCCL(SeqNum=6, OpType=ALLREDUCE, ...) ran for 10800863
+            # milliseconds before timing out.", read from its head: a terminal that wraps the
+            # line at its width puts "ran for" on the next line (ultralytics/ultralytics#12905)
+            r"\bCaught collective operation timeout: Work\w*\(",
+            # (round 87, tune81) XLA's NCCL thunks on a failed NCCL call (service/gpu/nccl_utils:
+            # "<file>:<line>: NCCL operation ncclAllReduce(send_buffer, ...) failed: unhandled
+            # cuda error", ncclGetErrorString's text; google-research/t5x#864, where the terminal
+            # wrapped it inside "un/handled"): ncclGetErrorString's texts start in lower case;
+            # XLA's own "Unable to load NCCL library." is the install's (a user error)
+            r"\bNCCL operation nccl\w+\(.*\) failed: [a-z]",
             r"detected by watchdog at work",
             # NCCL's ncclGetErrorString texts, as other frameworks quote them (xgboost's
             # "NCCL failure :unhandled system error")
@@ -2894,6 +2907,11 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # terminated by signal 9", alibaba/EasyRec#60)
     (re.compile(r"^xargs: \S+: terminated by signal (\d+)"), None),
     (re.compile(r"^zsh: killed\b"), 9),
+    # (round 87, tune81) the shell's "Killed" written over a progress line the program ended
+    # with a carriage return, the rest of that line left after it ("Killedg in train batch:
+    # 127687 / 263115", facebookresearch/dlrm#4): a lower-case letter glued to the word, as no
+    # sentence or class name (dask's "KilledWorker") has it
+    (re.compile(r"^Killed[a-z]"), 9),
     # (round 32, tune29) the signal's name alone on the last line, as a task manager or a
     # notebook host prints the end of the process it killed (pytorch/xla#4863: "the script
     # is forcefully killed by a task manager: SIGKILL")
