@@ -590,6 +590,10 @@ _TRIGGERS: tuple[str, ...] = (
     "ata loss: ",
     # -- round 87 (tune81): shares its first character with a trigger above
     "NCCL operation nccl",  # XLA's NCCL thunks: "NCCL operation ncclAllReduce(...) failed: ..."
+    # -- round 89 (tune82): each shares its first character with a trigger above
+    "oss is exploding",  # char-rnn's guard (Torch7): "loss is exploding, aborting."
+    ".lua:",  # a Lua error: "luajit: .../SequencerCriterion.lua:42: expecting target table"
+    "is not supported anymore",  # datasets 4: "`trust_remote_code` is not supported anymore."
 )
 
 
@@ -730,8 +734,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # running low on memory", its memory monitor killing a worker for host RAM; round
             # 29: nor the older monitor's RayOutOfMemoryError, below; round 80: nor the JVM's
             # java.lang.OutOfMemoryError, below)
-            r"(?<!ray\.exceptions\.)(?<!\()(?<!Ray)(?<!java\.lang\.)OutOfMemoryError"
-            r"(?!: Task was killed due to the node)",
+            # (round 89: nor OpenCV's, a host allocation named as the function that raised it,
+            # below)
+            r"(?<!ray\.exceptions\.)(?<!\()(?<!Ray)(?<!java\.lang\.)(?<!in function ')"
+            r"OutOfMemoryError(?!: Task was killed due to the node)",
             # cudaMalloc outside the caching allocator (SlowFast#702), the driver API behind
             # expandable segments (unslothai/unsloth#2401), pre-1.0 THC (neural-motifs#58),
             # NCCL's "Cuda failure <code> '<cudaGetErrorString>'" format (NVIDIA/nccl#1410)
@@ -1109,6 +1115,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # physicalBytes = 6G", deeplearning4j/deeplearning4j-examples#677): host memory.
             # ND4J's CUDA backend reports a device allocation in other words
             r"\bjava\.lang\.OutOfMemoryError\b",
+            # (round 89, tune82) OpenCV's host allocator (core/src/alloc.cpp OutOfMemoryError:
+            # CV_Error_(CV_StsNoMem, "Failed to allocate %llu bytes"): "cv2.error: OpenCV(4.6.0)
+            # .../alloc.cpp:73: error: (-4:Insufficient memory) Failed to allocate 4672512 bytes
+            # in function 'OutOfMemoryError'", YOLOv5 caching its images in RAM;
+            # ultralytics/yolov5#10276)
+            r"\(-4:Insufficient memory\) Failed to allocate \d+ bytes",
             # (round 9) ... and the raylet's summary of the workers that monitor killed
             # (src/ray/raylet/node_manager.cc: "1 Workers (tasks / actors) killed due to
             # memory pressure (OOM), 0 Workers crashed due to other reasons at node ..."),
@@ -1835,6 +1847,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # IDSIA/hhmarl_2D#15, the usual stable-baselines3 and RLlib symptom)
             r"to satisfy the constraint (?:IndependentConstraint\()?Real\(\)(?:, \d+\))?, but "
             r"found invalid values",
+            # (round 89, tune82) ... as torch <= 1.7 words it, naming the parameter and not its
+            # constraint ("ValueError: The parameter loc has invalid values", a SAC policy's
+            # mean gone NaN; philtabor/Youtube-Code-Repository#36): loc and logits are Real()
+            # in every distribution that has them; scale (positive) may fail at zero as well
+            r"\bThe parameter (?:loc|logits) has invalid values",
             # (round 22) icefall's fp16 guard (egs/*/train.py: a warning while the grad scale is
             # below 0.01, a RuntimeError below 1e-5): the warning only with a value Python
             # prints in exponent form (below 1e-4), and the exit; k2-fsa/icefall#1463
@@ -1961,7 +1978,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # nan 9.211133      nan ...]"), and a perplexity abbreviated ("test avg ppl: nan";
             # PaddlePaddle/Paddle#11659)
             r"\bloss:? \[[^\]\n]*?(?<![\w.])-?nan\b",
-            r"\bppl: -?nan\b",
+            # (round 89, tune82: with the value padded to its column, and OpenNMT-py's report
+            # line, "Step 5650/50000; acc:   0.19; ppl:   nan; xent:  nan; lr: 0.00070",
+            # OpenNMT/OpenNMT-py#1072, whose xent is the loss itself)
+            r"\b(?:ppl|xent): +-?nan\b",
+            # (round 89, tune82) char-rnn's divergence guard (Torch7 train.lua: the loss over
+            # three times its first value: "loss is exploding, aborting."; karpathy/char-rnn#169)
+            r"\b[Ll]oss is exploding, aborting",
             # (round 67, tune63) the Theano-era training loops' own NaN check (arctic-captions,
             # dl4mt, Nematus: "if numpy.isnan(cost) or numpy.isinf(cost): print 'NaN detected'"
             # then return; kelvinxu/arctic-captions#14), alone on its line
@@ -2818,6 +2841,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # apply(const string&) [with To = int; ...]" after "Error: Not implemented", a YAML
             # option of another type; marian-nmt/marian#411): the job's configuration
             r"\bAborted from .*\bfastopt_helpers::Convert<",
+            # (round 89, tune82) datasets >= 4 on a dataset built by a loading script, which it
+            # no longer runs (load.py: "`trust_remote_code` is not supported anymore. Please
+            # check that the Hugging Face dataset '...' isn't based on a loading script";
+            # NVIDIA-NeMo/Speech#14596): the installed library and the job's dataset
+            r"`trust_remote_code` is not supported anymore\.",
             # (round 79, tune76) safetensors' writer (Rust) on a path that does not exist or
             # may not be written ("Error while serializing: IoError(Os { code: 3, kind:
             # NotFound, message: ... })", a LoRA saved to a folder never made;
@@ -3241,6 +3269,10 @@ _INDENTED_MESSAGE = re.compile(
     r"|^\s*\d+ CUDA Error: "
     # (round 85, tune80) TensorFlow's grouped root errors, "  (0) Internal: ..." (_TF_ROOT_ERROR)
     r"|^\s*\(\d+\) [A-Z][a-z]+(?: [a-z]+)?: "
+    # (round 89, tune82) bash's status of a pipeline's later commands, each under its PID and
+    # padded to a column ("               34858 Killed              | gmm-acc-mllt ...",
+    # kaldi-asr/kaldi#4502): an IPython-numbered source line is never "Killed" and padding
+    r"|^\s*\d+ Killed {2,}\S"
 )
 # (round 35, tune32) A logger's level tag in brackets opens a message, never a source line
 # (pip's indented subprocess output: "      [WARNING] Unable to import torch, pre-compiling
@@ -3354,6 +3386,20 @@ _CODE_MISTAKES = frozenset(
 # fit() (pid=111331, ...)", TideDra/lmm-r1#82): the task's class is what the line says, read as
 # the script's own error only when it is one of _CODE_MISTAKES (a RayTaskError(RuntimeError) is
 # as often another process's failure echoed)
+# (round 89, tune82) Two runtimes' uncaught errors, read as Python's exception lines are (the
+# script's own, when no rule above names the cause on the same line): Lua's, as the Torch7
+# interpreter prints it before its "stack traceback:" ("torch/install/bin/luajit:
+# .../rnn/SequencerCriterion.lua:42: expecting target table", macournoyer/neuralconvo#28; a CUDA
+# OOM or a write error in the same form is read by its rule first), and Marian's ABORT ("Error:
+# Aborted from virtual void marian::DefaultCommunicator::swapParams(...) const in .../
+# communicator.h:206" after "Error: Swap requires at least two graphs", --sync-sgd on one GPU;
+# marian-nmt/marian#229; its CUDA errors have their own rules). Not Torch's file reader short of
+# its blocks ("File.lua:351: read error: read 0 blocks instead of 1"), a truncated .t7 that may
+# be a checkpoint or a dataset (left unread since round 67, tests/test_classify_round67.py)
+_LUA_ERROR = re.compile(
+    r"\s*(?:\S*/)?(?:luajit|lua|th): (?:\.\.\.)?\S*\.lua:\d+: (?!read error: read \d+ blocks)\S"
+)
+_MARIAN_ABORT = re.compile(r"\bError: Aborted from \S.* in \S+:\d+")
 _RAY_TASK_ERROR = re.compile(rf"\bRayTaskError\({_EXC_CLASS}\): ")
 # (round 80, tune77) R's reticulate, through which R's keras and tensorflow packages call
 # Python, reporting the Python exception inside R's own error ("Error in py_call_impl(callable,
@@ -3895,6 +3941,9 @@ class StreamClassifier:
                 return make(FailureKind.USER_CODE_ERROR, r)
             r = _RAY_TASK_ERROR.search(body)
             if r is not None and r.group(1).rsplit(".", 1)[-1] in _CODE_MISTAKES:
+                return make(FailureKind.USER_CODE_ERROR, r)
+            r = _LUA_ERROR.match(body) or _MARIAN_ABORT.search(body)
+            if r is not None:
                 return make(FailureKind.USER_CODE_ERROR, r)
             return None
         name = m.group(1).rsplit(".", 1)[-1]
