@@ -594,6 +594,11 @@ _TRIGGERS: tuple[str, ...] = (
     "oss is exploding",  # char-rnn's guard (Torch7): "loss is exploding, aborting."
     ".lua:",  # a Lua error: "luajit: .../SequencerCriterion.lua:42: expecting target table"
     "is not supported anymore",  # datasets 4: "`trust_remote_code` is not supported anymore."
+    # -- round 91 (tune83): shares its first character with a trigger above
+    "instance of 'std::",  # "terminate called after throwing an instance of 'std::out_of_range'"
+    "estoreV2[",  # TF's failing restore op: "[[{{node checkpoint_initializer_120}} = RestoreV2["
+    "atch files for checkpoint",  # TF's checkpoint state: "Couldn't match files for checkpoint X"
+    "oss exploded",  # Tacotron-2's guard: "Loss exploded to 378655.87500 at step 67464"
 )
 
 
@@ -1282,6 +1287,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # AutoPoison#6); ninja's own "FAILED: x.o" and "build stopped" (DeepSpeed#1435)
             r"Error building extension '",
             r"ninja: build stopped: subcommand failed",
+            # (round 91, tune83) CMake giving up on configuring an extension's build, as pip
+            # relays it from setup.py ("  -- Configuring incomplete, errors occurred!", Horovod
+            # built from source against TensorFlow; horovod/horovod#2462): a compiled op's
+            # build, as the corpus reads apex's and mmcv's
+            r"^\s*-- Configuring incomplete, errors occurred!",
             r"Command '\['ninja', '-v'[^\]]*\]' returned non-zero exit status",  # also "-j", "N"
             r"Ninja is required to load C\+\+ extensions",
             # (round 38, tune35) a JIT-built op whose library is not in torch's extensions cache
@@ -1737,6 +1747,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 59, tune56: TF 1.14+'s "[[node save/Assign_382 (defined at network.py:79)
             # ]]", hellochick/ICNet-tensorflow#128)
             r"\[\[(?:Node: |\{\{node |node )save(?:_\d+)?/(?:Assign|RestoreV2)(?:_\d+)?\b",
+            # (round 91, tune83) ... and a failing node whose op is RestoreV2 by any name, as
+            # tf.train.init_from_checkpoint names its own ("OutOfRangeError (see above for
+            # traceback): Read less bytes than requested" over "[[{{node checkpoint_initializer_
+            # 120}} = RestoreV2[dtypes=[DT_FLOAT], ...]]", a pre-trained BERT checkpoint cut
+            # short; google-research/bert#487): the op only reads checkpoints
+            r"\[\[(?:Node: |\{\{node )\S+? = RestoreV2\[",
+            # (round 91, tune83) TF's checkpoint state naming a checkpoint whose files are gone
+            # (checkpoint_management.py: "Couldn't match files for checkpoint %s", then Saver.
+            # restore's "ValueError: Can't load save_path when it is None."; a resume,
+            # Masao-Taketani/FOTS_OCR#7)
+            r"\bCouldn't match files for checkpoint ",
             # (round 17) Megatron-LM's checkpointing.load_checkpoint, and SwissArmyTransformer's
             # copy of it, printing a KeyError as "Unable to load optimizer from checkpoint X.
             # Specify --no-load-optim or --finetune to prevent attempting to load the optimizer
@@ -1985,6 +2006,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 89, tune82) char-rnn's divergence guard (Torch7 train.lua: the loss over
             # three times its first value: "loss is exploding, aborting."; karpathy/char-rnn#169)
             r"\b[Ll]oss is exploding, aborting",
+            # (round 91, tune83) Tacotron-2's guard (Rayhane-mamah's train.py, copied by its
+            # forks: a NaN loss or one over 100 logs "Loss exploded to {loss:.5f} at step {step}"
+            # and raises Exception('Loss exploded'); JasonWei512/Tacotron-2-Chinese#20)
+            r"\bLoss exploded(?: to [\d.]+| to nan| to inf)?\b",
             # (round 67, tune63) the Theano-era training loops' own NaN check (arctic-captions,
             # dl4mt, Nematus: "if numpy.isnan(cost) or numpy.isinf(cost): print 'NaN detected'"
             # then return; kelvinxu/arctic-captions#14), alone on its line
@@ -2841,6 +2866,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # apply(const string&) [with To = int; ...]" after "Error: Not implemented", a YAML
             # option of another type; marian-nmt/marian#411): the job's configuration
             r"\bAborted from .*\bfastopt_helpers::Convert<",
+            # (round 91, tune83) a C++ program ended by an uncaught std::logic_error or one of
+            # the kinds the standard derives from it for a program's own mistakes ("terminate
+            # called after throwing an instance of 'std::out_of_range'" then "what():  map::at",
+            # procgen's environments under mpiexec; openai/train-procgen#4). Not length_error
+            # (a size past max_size, often an allocation) nor runtime_error, whose what() line
+            # says what failed and is read by its own rules
+            r"terminate called after throwing an instance of 'std::(?:logic_error|out_of_range"
+            r"|invalid_argument|domain_error)'",
             # (round 89, tune82) datasets >= 4 on a dataset built by a loading script, which it
             # no longer runs (load.py: "`trust_remote_code` is not supported anymore. Please
             # check that the Hugging Face dataset '...' isn't based on a loading script";
@@ -2997,7 +3030,11 @@ def rank_exit_from_text(lines: Iterable[str]) -> int | None:
 # end between: stderr's unbuffered exception text interleaved with its buffered frames
 # ("    main(args)RuntimeError:  [!] NaN loss with decoder_loss.", mozilla/TTS#668). A
 # closing bracket followed at once by an exception class and its colon is no Python source.
-_GLUED_EXC = re.compile(r"[)\]]((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
+# (round 91, tune83: also after the blanks of a terminal that padded each line to its width
+# and lost the line ends, a whole traceback on one line: '... "\n\t".join(error_msgs)))
+# RuntimeError: Error(s) in loading state_dict for DataParallel: ...', zaiweizhang/H3DNet#21;
+# a statement never has a capitalized ...Error name and a colon after its closing bracket)
+_GLUED_EXC = re.compile(r"[)\]]\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
 # An exception class as a traceback's last line names it, module path and all (group 1)
 _EXC_CLASS = r"((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Iteration)|Exception))"
 _EXC_LINE = re.compile(
