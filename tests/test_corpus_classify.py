@@ -83,9 +83,11 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 #: cuda_oom (4 of 5 right): OpenCV's "(-4:Insufficient memory) Failed to allocate N bytes in
 #: function 'OutOfMemoryError'", whose function name the device rule's "OutOfMemoryError"
 #: matched; as tune82, round 89's rules read it as host memory. heldout85 (round 91's rules,
-#: scored once) took a log labelled cuda_oom for a host_oom (2 of 3 right). Held as a strict
-#: xfail, not read: it is a held-out set.
-_IMPRECISE = {"tune84": "host_oom precision 2/3 = 0.67 on tune84 (heldout85 until round 93)"}
+#: scored once) took a log labelled cuda_oom for a host_oom (2 of 3 right): Theano's
+#: "MemoryError: Error allocating N bytes of device memory (CNMEM_STATUS_OUT_OF_MEMORY).", whose
+#: class the host rule read (the device rule knew the runtime's text, not CNMeM's); as tune84,
+#: round 93's rules read it as device memory. None now.
+_IMPRECISE: dict[str, str] = {}
 
 
 def _groups(groups: Sequence[str], known: dict[str, str]) -> list[Any]:
@@ -597,8 +599,11 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune83": (0.944, 2),
     # tune84 (33 logs, two of round 91's four helpers, not split, gathered while round 91's
     # rules were written, merged after they froze at 7702163 and scored once on them): 24/33 =
-    # 72.7% (unknown 15.2%), its record as a held-out set; a tuning set since round 93.
-    "tune84": (0.727, 5),
+    # 72.7% (unknown 15.2%), its record as a held-out set; a tuning set since round 93, whose
+    # rules took it to 32/33 (its device OOM, read as host memory once, read as the device's).
+    # Left as it reads: ray-project/ray#41608, XGBoost's "Opening .../model.json failed" on a
+    # resume, labelled a checkpoint error, a user error.
+    "tune84": (0.969, 0),
 }
 
 

@@ -599,6 +599,10 @@ _TRIGGERS: tuple[str, ...] = (
     "estoreV2[",  # TF's failing restore op: "[[{{node checkpoint_initializer_120}} = RestoreV2["
     "atch files for checkpoint",  # TF's checkpoint state: "Couldn't match files for checkpoint X"
     "oss exploded",  # Tacotron-2's guard: "Loss exploded to 378655.87500 at step 67464"
+    # -- round 93 (tune84): each shares its first character with a trigger above
+    "illegal instruction was encountered",  # cudaErrorIllegalInstruction's text (darknet)
+    "Fatal] ",  # LightGBM's Log::Fatal: "[LightGBM] [Fatal] Socket recv error, code: 54"
+    "workers exit unexpectedly",  # Paddle's DataLoader: "DataLoader 1 workers exit unexpectedly"
 )
 
 
@@ -942,6 +946,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # try setting MGB_CUDA_RESERVE_MEMORY to reserve all memory", MegEngine/MegEngine
             # #448)
             r"\bError allocating \d+ bytes of device memory \W{1,2}out of memory\b",
+            # (round 93, tune84) ... with CNMeM's pool between Theano and the device, its status
+            # in place of the runtime's text ("MemoryError: Error allocating 52428800 bytes of
+            # device memory (CNMEM_STATUS_OUT_OF_MEMORY).", Keras on Theano; keras-team/keras
+            # #3439), and cuRAND failing to allocate its generator's device memory (curand.h
+            # CURAND_STATUS_ALLOCATION_FAILED, as CuPy raises it: "CURANDError:
+            # CURAND_STATUS_ALLOCATION_FAILED", spaCy/thinc on a 1 GB card; explosion/spaCy#3397)
+            r"\bError allocating \d+ bytes of device memory \(CNMEM_STATUS_OUT_OF_MEMORY\)",
+            r"\bCURAND_STATUS_ALLOCATION_FAILED\b",
             r"\bout of memory while requesting \d+ bytes; you can try setting MGB_CUDA_RESERVE",
             # (round 57, tune54) ... Theano's CudaNdarray constructors when that allocation
             # fails ("RuntimeError: CudaNdarray_ZEROS: allocation failed.", Theano/Theano#3748),
@@ -1167,6 +1179,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # 64 MB default) or the OOM killer; the remedies that help are the host-memory ones
             # (fewer workers, a larger --shm-size) (facebookresearch/detectron2#384)
             r"DataLoader worker \(pid\(s\) [^)]*\) exited unexpectedly",
+            # (round 93, tune84) ... as Paddle's DataLoader words the same (dataloader_iter.py:
+            # "DataLoader {n} workers exit unexpectedly, pids: {pids}"; too many workers or a
+            # small /dev/shm on PaddleCloud, PaddlePaddle/Paddle#41508)
+            r"\bDataLoader \d+ workers exit unexpectedly, pids: ",
             # -- issue 12, round 6: the rest of the host's OOM reporters. The kernel's other
             # lines (mm/oom_kill.c: "python invoked oom-killer: gfp_mask=...", "oom_reaper:
             # reaped process 4242 (python)"), systemd-oomd ("Killed /user.slice/...scope due to
@@ -1994,6 +2010,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Gluon's metric.Loss instances as GluonCV's scripts name them ("CrossEntropy=nan,
             # SmoothL1=nan", dmlc/gluon-cv#142), and a perplexity, the exponential of a loss
             r"(?i:\b(?:cross_?entropy|smooth_?l1|perplexity)\w*['\"\]\s:=|]{1,40}nan\b)",
+            # (round 93, tune84) XGBoost's evaluation log with a loss-like metric gone NaN
+            # ("[10]\teval-mae:nan\ttrain-mae:nan" after inf, the GPU updater of 0.6 diverging;
+            # dmlc/xgboost#2048). Not a ranking metric: "eval-auc:nan" is a validation set
+            # with one class, no divergence
+            r"\b(?:train|eval|valid\w*|test)-(?:rmse|rmsle|mae|mape|mphe|m?logloss|\w+-nloglik)"
+            r":nan\b",
             # (round 58, tune55) a loss printed as an array, one value per device or per
             # sample, with NaN among them (Paddle's fetched loss: "Pass 0, batch 500, loss [
             # nan 9.211133      nan ...]"), and a perplexity abbreviated ("test avg ppl: nan";
@@ -2170,6 +2192,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"\bCUDA error (?!2 )\d+ '[^']+' - \S+:\d+: ",
             r"\bPxg\w+\.(?:cpp|h) \(\d+\) : internal error : ",
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
+            # (round 93, tune84) cudaErrorIllegalInstruction's text, a kernel that executed an
+            # illegal instruction ("CUDA Error: an illegal instruction was encountered", darknet's
+            # check_error; AlexeyAB/darknet#8656): a fault of the device's context, as above
+            r"\ban illegal instruction was encountered\b",
             r"uncorrectable ECC error",
             r"NVRM: Xid",  # kernel driver log, if a wrapper tails it into the output
             r"GPU has fallen off the bus",
@@ -2389,6 +2415,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # backtrace; an MPI/Horovod allreduce across nodes, horovod/horovod#1390): the link
             # between nodes
             r"\bTransport retry count exceeded on \w+:\d+",
+            # (round 93, tune84) LightGBM's distributed learner losing a peer's socket
+            # (network/linkers_socket.cpp: Log::Fatal("Socket recv error, code: %d"), ECONNRESET
+            # as macOS numbers it, 54; two Dask workers, lightgbm-org/LightGBM#4116) and Paddle
+            # v1's trainer unable to reach its parameter server (LightNetwork.cpp: "Check failed:
+            # error >= 0 ERROR connecting to 10.74.177.49: Connection refused [111]", under
+            # mpirun; PaddlePaddle/Paddle#6499): the network between the job's processes
+            r"\[Fatal\] Socket (?:recv|send) error, code: \d+",
+            r"\bLightNetwork\.cpp:\d+\] Check failed: .*ERROR connecting to \S+: Connection "
+            r"refused",
             r"http_store\.cc:\d+\].*Wait timeout",
             r"Timed out waiting for tasks to start\. Please check connectivity",
             r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument"
@@ -3437,6 +3472,11 @@ _LUA_ERROR = re.compile(
     r"\s*(?:\S*/)?(?:luajit|lua|th): (?:\.\.\.)?\S*\.lua:\d+: (?!read error: read \d+ blocks)\S"
 )
 _MARIAN_ABORT = re.compile(r"\bError: Aborted from \S.* in \S+:\d+")
+# (round 93, tune84) ... and LightGBM's Log::Fatal, which every front end raises (Python's
+# LightGBMError, R's "Error in ...": "[LightGBM] [Fatal] Reducing `min_data_in_leaf` with
+# `feature_pre_filter=true` may cause unexpected behaviour ...", a grid search's parameter;
+# lightgbm-org/LightGBM#5200); its socket and OpenCL messages have their own rules
+_LIGHTGBM_FATAL = re.compile(r"\s*\[LightGBM\] \[Fatal\] \S")
 _RAY_TASK_ERROR = re.compile(rf"\bRayTaskError\({_EXC_CLASS}\): ")
 # (round 80, tune77) R's reticulate, through which R's keras and tensorflow packages call
 # Python, reporting the Python exception inside R's own error ("Error in py_call_impl(callable,
@@ -3979,7 +4019,7 @@ class StreamClassifier:
             r = _RAY_TASK_ERROR.search(body)
             if r is not None and r.group(1).rsplit(".", 1)[-1] in _CODE_MISTAKES:
                 return make(FailureKind.USER_CODE_ERROR, r)
-            r = _LUA_ERROR.match(body) or _MARIAN_ABORT.search(body)
+            r = _LUA_ERROR.match(body) or _MARIAN_ABORT.search(body) or _LIGHTGBM_FATAL.match(body)
             if r is not None:
                 return make(FailureKind.USER_CODE_ERROR, r)
             return None
