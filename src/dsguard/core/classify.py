@@ -603,6 +603,8 @@ _TRIGGERS: tuple[str, ...] = (
     "illegal instruction was encountered",  # cudaErrorIllegalInstruction's text (darknet)
     "Fatal] ",  # LightGBM's Log::Fatal: "[LightGBM] [Fatal] Socket recv error, code: 54"
     "workers exit unexpectedly",  # Paddle's DataLoader: "DataLoader 1 workers exit unexpectedly"
+    # -- round 95 (tune85): shares its first character with a trigger above
+    "oss=inf",  # a loss printed as key=value: "Training loss=inf avg_cer=0.377731130"
 )
 
 
@@ -1939,6 +1941,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # deepspeedai/DeepSpeedExamples#444). Only on a line that carries its step, and not
             # a best/min value: "best_val_loss = inf" is how trackers initialise one
             r"(?i:\bstep\b\W{0,3}\d+\b.*?\b(?!best|min)\w*loss\w*['\"\]\s:=|]{1,40}[-+]?inf\b)",
+            # (round 95, tune85) ... and a loss printed as key=value with no step on its line
+            # ("2016-11-25 18:29:38 Training loss=inf avg_cer=0.377731130 WER: 0.828431", early
+            # DeepSpeech at too high a learning rate; mozilla/DeepSpeech#238)
+            r"\b[Ll]oss=inf\b",
             # (round 74, tune71) the metric logger of DINO/DINOv2, DeiT, MAE and the detection
             # references of torchvision prints each meter as SmoothedValue's "{median:.4f}
             # ({global_avg:.4f})": a loss whose value and running average are both inf
@@ -3483,6 +3489,12 @@ _RAY_TASK_ERROR = re.compile(rf"\bRayTaskError\({_EXC_CLASS}\): ")
 # dots$args, dots$keywords) : ValueError: You must call `compile()` before using the model.";
 # rstudio/keras3#804, #1450): the Python exception line, after R's words
 _RETICULATE_EXC = re.compile(rf"\bError in py_call_impl\([^)]*\)\s*:\s*{_EXC_CLASS}:\s")
+# (round 95, tune85) ... and as R prints it when the call and the message do not fit one line:
+# the message on the next, indented by two ("Error in py_call_impl(callable, dots$args,
+# dots$keywords) :" then "  RuntimeError: Evaluation error: invalid argument type.", an R
+# callback failing in fit(); rstudio/keras3#1042)
+_RETICULATE_HEAD = re.compile(r"\bError in py_call_impl\([^)]*\)\s*:\s*$")
+_RETICULATE_NEXT = re.compile(rf"\s+{_EXC_CLASS}:\s")
 # (round 55) Ray's log deduplication (RAY_DEDUP_LOGS, on by default) prints a line that many
 # workers printed once, with " [repeated 43x across cluster]" after it, and the first time
 # "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 ...)" after that: not the
@@ -3615,6 +3627,7 @@ class StreamClassifier:
         self._bfc_map: dict[int | None, int] = {}  # per rank: line_no of its latest BFC map
         self._bfc_host: set[int | None] = set()  # ranks whose current BFC dump is host memory
         self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
+        self._reticulate_line = -1  # line_no of R's "Error in py_call_impl(...) :" alone
         # Per rank: the first frame of the current traceback that names its kind on its own
         # (frames.closed_frame_kind), reported only if the traceback never reaches its
         # exception line (an excerpt cut mid-traceback); _pending holds those to report.
@@ -4014,8 +4027,13 @@ class StreamClassifier:
             if r is not None and (r.group(1) or "").rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r, weak=True)
             r = _RETICULATE_EXC.search(body)
+            if r is None and line_no == self._reticulate_line + 1:
+                r = _RETICULATE_NEXT.match(body)
             if r is not None and r.group(1).rsplit(".", 1)[-1] not in _EXC_NOT_USER_CODE:
                 return make(FailureKind.USER_CODE_ERROR, r)
+            if _RETICULATE_HEAD.search(body) is not None:
+                self._reticulate_line = line_no  # its exception is on the next line
+                return None
             r = _RAY_TASK_ERROR.search(body)
             if r is not None and r.group(1).rsplit(".", 1)[-1] in _CODE_MISTAKES:
                 return make(FailureKind.USER_CODE_ERROR, r)
