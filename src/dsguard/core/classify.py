@@ -3306,6 +3306,31 @@ _PROSE_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
         ),
     ),
 )
+# (round 85, tune80) TensorFlow's grouped root errors: "...InternalError: 2 root error(s)
+# found." then, per error, its index and its Status as Status::ToString prints it, the code's
+# name (core/lib/core/status.cc error_name) and the message ("  (0) Internal: Dst tensor is not
+# initialized.", tensorflow/tensor2tensor#1866; "  (0) Unknown: CUDNN_STATUS_EXECUTION_FAILED",
+# Arturus/kaggle-web-traffic#37). Python raises each code as its own class (errors_impl), so the
+# line is read as that exception line: the rules that know "InternalError: ..." read its cause.
+_TF_ERROR_CLASSES = {
+    "Cancelled": "CancelledError",
+    "Unknown": "UnknownError",
+    "Invalid argument": "InvalidArgumentError",
+    "Deadline exceeded": "DeadlineExceededError",
+    "Not found": "NotFoundError",
+    "Already exists": "AlreadyExistsError",
+    "Permission denied": "PermissionDeniedError",
+    "Unauthenticated": "UnauthenticatedError",
+    "Resource exhausted": "ResourceExhaustedError",
+    "Failed precondition": "FailedPreconditionError",
+    "Aborted": "AbortedError",
+    "Out of range": "OutOfRangeError",
+    "Unimplemented": "UnimplementedError",
+    "Internal": "InternalError",
+    "Unavailable": "UnavailableError",
+    "Data loss": "DataLossError",
+}
+_TF_ROOT_ERROR = re.compile(rf"\(\d+\) ({'|'.join(_TF_ERROR_CLASSES)}): ")
 # (issue 12, round 6) TensorFlow's OOM when its line names no device (TensorFlow 1.x:
 # "Resource exhausted: OOM when allocating tensor with shape[256,112,112,64]", with the op's
 # placement on the next line); the device-named forms are rules above
@@ -3346,7 +3371,7 @@ _INDENTED_MESSAGE = re.compile(
     # an IPython-numbered source line looks the same but is never "CUDA Error:"
     r"|^\s*\d+ CUDA Error: "
     # (round 85, tune80) TensorFlow's grouped root errors, "  (0) Internal: ..." (_TF_ROOT_ERROR)
-    r"|^\s*\(\d+\) [A-Z][a-z]+(?: [a-z]+)?: "
+    rf"|^\s*{_TF_ROOT_ERROR.pattern}"
     # (round 89, tune82) bash's status of a pipeline's later commands, each under its PID and
     # padded to a column ("               34858 Killed              | gmm-acc-mllt ...",
     # kaldi-asr/kaldi#4502): an IPython-numbered source line is never "Killed" and padding
@@ -3371,31 +3396,6 @@ _TRACEBACK = "Traceback (most recent call last)"
 # ConcretizationTypeError: Abstract tracer value ..." (danijar/dreamerv3#5): the wrapper's name,
 # then the exception it wraps, which is what the line says
 _JAX_UNFILTERED = re.compile(r"(?:jax\._src\.traceback_util\.)?UnfilteredStackTrace: ")
-# (round 85, tune80) TensorFlow's grouped root errors: "...InternalError: 2 root error(s)
-# found." then, per error, its index and its Status as Status::ToString prints it, the code's
-# name (core/lib/core/status.cc error_name) and the message ("  (0) Internal: Dst tensor is not
-# initialized.", tensorflow/tensor2tensor#1866; "  (0) Unknown: CUDNN_STATUS_EXECUTION_FAILED",
-# Arturus/kaggle-web-traffic#37). Python raises each code as its own class (errors_impl), so the
-# line is read as that exception line: the rules that know "InternalError: ..." read its cause.
-_TF_ERROR_CLASSES = {
-    "Cancelled": "CancelledError",
-    "Unknown": "UnknownError",
-    "Invalid argument": "InvalidArgumentError",
-    "Deadline exceeded": "DeadlineExceededError",
-    "Not found": "NotFoundError",
-    "Already exists": "AlreadyExistsError",
-    "Permission denied": "PermissionDeniedError",
-    "Unauthenticated": "UnauthenticatedError",
-    "Resource exhausted": "ResourceExhaustedError",
-    "Failed precondition": "FailedPreconditionError",
-    "Aborted": "AbortedError",
-    "Out of range": "OutOfRangeError",
-    "Unimplemented": "UnimplementedError",
-    "Internal": "InternalError",
-    "Unavailable": "UnavailableError",
-    "Data loss": "DataLossError",
-}
-_TF_ROOT_ERROR = re.compile(rf"\(\d+\) ({'|'.join(_TF_ERROR_CLASSES)}): ")
 # (round 85, tune80) The BFC allocator's occupancy map, the line of 100 "*", "x" and "_" it logs
 # before an OOM (bfc_allocator.cc RenderOccupancy). TensorFlow's host allocator is not a BFC one
 # unless TF_CPU_ALLOCATOR_USE_BFC asks for it (common_runtime/process_state.cc GetCPUAllocator),
