@@ -3464,6 +3464,7 @@ _CODE_MISTAKES = frozenset(
 # fit() (pid=111331, ...)", TideDra/lmm-r1#82): the task's class is what the line says, read as
 # the script's own error only when it is one of _CODE_MISTAKES (a RayTaskError(RuntimeError) is
 # as often another process's failure echoed)
+_RAY_TASK_ERROR = re.compile(rf"\bRayTaskError\({_EXC_CLASS}\): ")
 # (round 89, tune82) Two runtimes' uncaught errors, read as Python's exception lines are (the
 # script's own, when no rule above names the cause on the same line): Lua's, as the Torch7
 # interpreter prints it before its "stack traceback:" ("torch/install/bin/luajit:
@@ -3483,17 +3484,17 @@ _MARIAN_ABORT = re.compile(r"\bError: Aborted from \S.* in \S+:\d+")
 # `feature_pre_filter=true` may cause unexpected behaviour ...", a grid search's parameter;
 # lightgbm-org/LightGBM#5200); its socket and OpenCL messages have their own rules
 _LIGHTGBM_FATAL = re.compile(r"\s*\[LightGBM\] \[Fatal\] \S")
-_RAY_TASK_ERROR = re.compile(rf"\bRayTaskError\({_EXC_CLASS}\): ")
 # (round 80, tune77) R's reticulate, through which R's keras and tensorflow packages call
 # Python, reporting the Python exception inside R's own error ("Error in py_call_impl(callable,
 # dots$args, dots$keywords) : ValueError: You must call `compile()` before using the model.";
 # rstudio/keras3#804, #1450): the Python exception line, after R's words
-_RETICULATE_EXC = re.compile(rf"\bError in py_call_impl\([^)]*\)\s*:\s*{_EXC_CLASS}:\s")
+_PY_CALL_IMPL = r"\bError in py_call_impl\([^)]*\)\s*:\s*"
+_RETICULATE_EXC = re.compile(rf"{_PY_CALL_IMPL}{_EXC_CLASS}:\s")
 # (round 95, tune85) ... and as R prints it when the call and the message do not fit one line:
 # the message on the next, indented by two ("Error in py_call_impl(callable, dots$args,
 # dots$keywords) :" then "  RuntimeError: Evaluation error: invalid argument type.", an R
 # callback failing in fit(); rstudio/keras3#1042)
-_RETICULATE_HEAD = re.compile(r"\bError in py_call_impl\([^)]*\)\s*:\s*$")
+_RETICULATE_HEAD = re.compile(rf"{_PY_CALL_IMPL}$")
 _RETICULATE_NEXT = re.compile(rf"\s+{_EXC_CLASS}:\s")
 # (round 55) Ray's log deduplication (RAY_DEDUP_LOGS, on by default) prints a line that many
 # workers printed once, with " [repeated 43x across cluster]" after it, and the first time
