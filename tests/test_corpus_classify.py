@@ -701,6 +701,28 @@ def test_every_real_oom_traceback_is_fatal_at_line_time() -> None:
         assert v.fatal_lines and v.kind == "cuda_oom", case.name
 
 
+def test_every_log_read_a_line_at_a_time_gives_the_evidence_of_4_kib_pieces() -> None:
+    """A live child's output reaches the pump a read at a time, and a line-buffered writer
+    (Python's stderr on a pipe) ends most reads at a line's end; the corpus is scored in 4 KiB
+    pieces of a saved file. Every log and mention keeps the same evidence both ways
+    (tests/test_classify_chunking.py has the cases that once differed). A held-out log's
+    name is not shown: only how many differ."""
+    from dsguard.core.classify import StreamClassifier
+
+    def evidence(parts: Sequence[str]) -> tuple[Any, ...]:
+        sc = StreamClassifier()
+        reported = [ev for part in parts for ev in sc.feed(part)] + sc.close()
+        return sc.evidence, tuple(reported)
+
+    differ = [
+        c.name if c.group not in HELDOUT else "(held out)"
+        for c in CASES
+        if evidence(c.text.splitlines(keepends=True))
+        != evidence([c.text[i : i + 4096] for i in range(0, len(c.text), 4096)])
+    ]
+    assert not differ, differ
+
+
 def test_external_gpualert_set_never_tuned_on() -> None:
     """GPUAlert's labelled corpus, scored as an external set: no user error taken for an OOM,
     the ladder kinds precise, every failure that did not exit 0 classified right but one

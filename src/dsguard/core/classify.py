@@ -3618,6 +3618,9 @@ class StreamClassifier:
         # its frames and exception line carry the same prefix, with other timestamps.
         self._tb_prefix: dict[int | None, str] = {}
         self._frame_just_seen = False  # the line just classified was a frame header
+        # After a frame header: the look-ahead lines left, and the line it goes on after (one
+        # the trigger search reads first, or the last of a chunk); (0, 0) when none
+        self._after_frame = (0, 0)
         # Per rank: the echoed source line of its latest frame (the innermost, once the
         # exception line comes), read by _exception_after_frame (frames.source_kind)
         self._frame_src: dict[int | None, str] = {}
@@ -3625,6 +3628,8 @@ class StreamClassifier:
         # (_tf_oom_device): (rank, line, line_no)
         # ..., lines left, whether a BFC allocator's map came just before it (_BFC_OCCUPANCY)
         self._tf_oom: tuple[int | None, str, int, int, bool] | None = None
+        # TensorFlow OOM lines whose device lines a chunk's end cut off, oldest first
+        self._tf_oom_waiting: list[tuple[int | None, str, int, int, bool]] = []
         self._bfc_map: dict[int | None, int] = {}  # per rank: line_no of its latest BFC map
         self._bfc_host: set[int | None] = set()  # ranks whose current BFC dump is host memory
         self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
@@ -3704,13 +3709,13 @@ class StreamClassifier:
                 done, self._partial_fatal = self._partial_fatal, None
                 found = [ev for ev in found if not (ev.fatal and ev.line_no == done)]
             self._lines += 1
-        if self._tf_oom is not None:  # the log ended within the OOM line's device lines
-            rank, line, line_no, _, bfc = self._tf_oom
-            self._tf_oom = None
+        waiting, self._tf_oom_waiting = self._tf_oom_waiting, []
+        for rank, line, line_no, _, bfc in waiting:  # the log ended within their device lines
             ev = self._tf_oom_on_bfc(rank, line, line_no, bfc)
             if ev is not None:
                 self._keep(ev)
                 found.append(ev)
+        self._after_frame = (0, 0)
         self._pending += self._cut_hint.values()
         self._cut_hint.clear()
         return found + self._flush_pending()
@@ -3768,11 +3773,16 @@ class StreamClassifier:
             buf = _ANSI.sub("", buf[:end])
             end = len(buf)
         found: list[Evidence] = []
-        if self._tf_oom is not None:  # a TensorFlow OOM line ended the previous chunk
-            ev = self._tf_oom_device(buf, 0, end)
+        waiting, self._tf_oom_waiting = self._tf_oom_waiting, []
+        for pending in waiting:  # TensorFlow OOM lines before this chunk: their next lines
+            ev = self._tf_oom_device(buf, 0, end, pending)
             if ev is not None:
                 found.append(ev)
                 self._keep(ev)
+        ev = self._read_on_after_frame(buf, 0, end, self._lines)
+        if ev is not None:
+            found.append(ev)
+            self._keep(ev)
         counted_to = 0  # line_no bookkeeping: terminators already counted in buf[:counted_to]
         line_no = self._lines + 1
         hit = _TRIGGER_RX.search(buf, 0, end)
@@ -3787,18 +3797,20 @@ class StreamClassifier:
             if ev is not None:
                 found.append(ev)
                 self._keep(ev)
-            if self._tf_oom is not None and line_end < end:
-                nxt = line_end + (2 if buf.startswith("\r\n", line_end) else 1)
-                ev = self._tf_oom_device(buf, nxt, end)
+            nxt = line_end + (2 if buf.startswith("\r\n", line_end) else 1)
+            if self._tf_oom is not None:
+                pending, self._tf_oom = self._tf_oom, None
+                ev = self._tf_oom_device(buf, nxt, end, pending)
                 if ev is not None:
                     found.append(ev)
                     self._keep(ev)
             if self._frame_just_seen:
                 self._frame_just_seen = False
-                ev = self._exception_after_frame(buf, line_end, end, line_no)
-                if ev is not None:
-                    found.append(ev)
-                    self._keep(ev)
+                self._after_frame = (_LOOKAHEAD_LINES, line_no)
+            ev = self._read_on_after_frame(buf, nxt, end, line_no)
+            if ev is not None:
+                found.append(ev)
+                self._keep(ev)
             hit = _TRIGGER_RX.search(buf, line_end, end)  # the next line with a trigger
         if self._pending:
             found += self._flush_pending()
@@ -3810,7 +3822,9 @@ class StreamClassifier:
             self._keep(ev)
         return pending
 
-    def _tf_oom_device(self, buf: str, pos: int, end: int) -> Evidence | None:
+    def _tf_oom_device(
+        self, buf: str, pos: int, end: int, pending: tuple[int | None, str, int, int, bool]
+    ) -> Evidence | None:
         """The device of a TensorFlow OOM line that names none, from the few lines after it:
         TensorFlow 1.x prints the failed op's placement on the next line ("[[Node: sub_2518 =
         Sub[T=DT_FLOAT, _device="/job:localhost/replica:0/task:0/gpu:0"](...)]]") or its
@@ -3821,14 +3835,14 @@ class StreamClassifier:
         "op_kernel.cc:1192] Resource exhausted: OOM when allocating tensor with shape[...]",
         three fresh sets' logs) names the GPU's allocator (_BFC_OCCUPANCY); without one the
         device is not guessed. ``pos`` is the start of the first line to read; a chunk that
-        ends first leaves the rest to the next one (the same evidence whatever the chunking).
+        ends first leaves the rest to the next one (the same evidence whatever the chunking),
+        in ``_tf_oom_waiting``: a line-buffered child's lines come a read each, and another OOM
+        line among them (TF prints one per failed op) must not drop the first one's reading.
         The lines are only read here; they are classified as usual."""
-        assert self._tf_oom is not None
-        rank, line, line_no, left, bfc = self._tf_oom
-        self._tf_oom = None
+        rank, line, line_no, left, bfc = pending
         while left > 0:
-            if pos >= end:  # the chunk ends here: the next one goes on reading (same result
-                self._tf_oom = (rank, line, line_no, left, bfc)  # whatever the chunking)
+            if pos >= end:  # the chunk ends here: the next one goes on reading
+                self._tf_oom_waiting.append((rank, line, line_no, left, bfc))
                 return None
             left -= 1
             eol = _EOL.search(buf, pos, end)
@@ -3855,18 +3869,45 @@ class StreamClassifier:
             FailureKind.CUDA_OOM, rank, body=body, line=line, line_no=line_no, match_end=len(line)
         )
 
-    def _exception_after_frame(self, buf: str, pos: int, end: int, line_no: int) -> Evidence | None:
+    def _read_on_after_frame(self, buf: str, pos: int, end: int, line_no: int) -> Evidence | None:
+        """Go on reading a frame header's next lines (``_exception_after_frame``) if they
+        resume after line ``line_no``, whose successor starts at ``pos``."""
+        left, after = self._after_frame
+        if not left or after != line_no:
+            return None
+        self._after_frame = (0, 0)
+        return self._exception_after_frame(buf, pos, end, line_no, left)
+
+    def _exception_after_frame(
+        self, buf: str, pos: int, end: int, line_no: int, left: int
+    ) -> Evidence | None:
         """The exception line that ends a traceback, when its class name has no trigger in it
         (``zipfile.BadZipFile: File is not a zip file``, ``SystemExit: 1``): the first line
-        after a frame's source and caret lines that starts at the frame's own margin. Only
-        these few lines after a frame header are read outside the trigger search."""
-        for _ in range(_LOOKAHEAD_LINES):
-            if pos >= end:
+        after a frame's source and caret lines that starts at the frame's own margin, and the
+        frame's source line on the way (read by source_kind). Only these ``left`` lines after a
+        frame header are read outside the trigger search; ``pos`` is the start of the first,
+        ``line_no`` the number of the line before it.
+
+        The lines are read in order with the trigger search, whatever the chunking: a chunk
+        that ends first leaves the rest to the next one, and a line with a trigger is left to
+        the search before the reading goes on after it (``_after_frame``). A line-buffered
+        child (Python's stderr on a pipe) writes a traceback a line at a time, so a read often
+        ends right after the frame header: its source line was lost there, and
+        ``optimizer.load_state_dict(ckpt['optimizer'])`` then ``KeyError: 'optimizer'`` read as
+        the script's error instead of a checkpoint's (six corpus logs, streamed a line at a
+        time). And read ahead of the search in one chunk, an indented exception line (pip's
+        "    AssertionError: Unable to pre-compile async_io") had not yet closed its traceback
+        when a later line at the margin ("WARNING: Discarding ...") was taken for its
+        exception line, which the same output a line at a time did not do."""
+        while left > 0:
+            if pos >= end:  # the chunk ends here: the next one goes on reading
+                self._after_frame = (left, line_no)
                 return None
-            pos += 2 if buf.startswith("\r\n", pos) else 1
+            left -= 1
             line_no += 1
             eol = _EOL.search(buf, pos, end)
             stop = eol.start() if eol is not None else end
+            nxt = stop + (2 if buf.startswith("\r\n", stop) else 1)
             line = buf[pos:stop]
             triggered = _TRIGGER_RX.search(line) is not None
             rank, body = _split_prefix(line)
@@ -3879,7 +3920,10 @@ class StreamClassifier:
                     return None  # the next frame: the trigger search reads it
                 if self._frame_src.get(rank) == "" and body.strip(" \t~^"):
                     self._frame_src[rank] = body.strip()[:200]  # the frame's source line
-                pos = stop
+                if triggered:  # the search reads this line first; then the reading goes on
+                    self._after_frame = (left, line_no)
+                    return None
+                pos = nxt
                 continue  # echoed source, a caret line
             if rank not in self._frames or _BARE_EXC.match(body) is None:
                 return None
