@@ -620,8 +620,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # tune87 (92 logs, two of four helpers in round 97's sitting, not split, merged after round
     # 97's change froze at 25091b0 and scored once on it): 57/92 = 62.0% (unknown 37.0%), its
     # record as a held-out set; 32 of its logs are cut before the line that names the cause
-    # (the corpus README lists them), 1 of them right. A tuning set since round 99.
-    "tune87": (0.619, 34),
+    # (the corpus README lists them), 1 of them right. A tuning set since round 99, whose
+    # rules took it to 59/92; the other 33 misses are logs cut before that line
+    # (tests/test_classify_round99.py).
+    "tune87": (0.641, 32),
 }
 
 

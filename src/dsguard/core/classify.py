@@ -605,6 +605,10 @@ _TRIGGERS: tuple[str, ...] = (
     "workers exit unexpectedly",  # Paddle's DataLoader: "DataLoader 1 workers exit unexpectedly"
     # -- round 95 (tune85): shares its first character with a trigger above
     "oss=inf",  # a loss printed as key=value: "Training loss=inf avg_cer=0.377731130"
+    # -- round 99 (tune87): each shares its first character with a trigger above
+    "nable to create file (unable to open file: name = ",  # h5py on HDF5's open(2) failure
+    "o configurable matching '",  # gin: "No configurable matching 'get_sentencepiece_...'."
+    "oesn't have a parameter named '",  # gin: "Configurable 'X' doesn't have a parameter ..."
 )
 
 
@@ -2938,6 +2942,21 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r" specified|Access is denied|The filename or extension is too long)\.",
             r"Check failed: ReadProtoFromTextFile\(param_file, param\) Failed to parse"
             r" (?:Net|Solver)Parameter file",
+            # (round 99, tune87) h5py creating a file in a folder that does not exist (HDF5's
+            # sec2 driver: "unable to open file: name = '%s', errno = %d, error message = '%s'"
+            # under h5py's "Unable to create file", as Keras' ModelCheckpoint saves into
+            # weights/ never made; wzjialang/Automatic-modulation-recognition-based-on-deep-
+            # learning#1, its exception line after the reporter's words): the job's output
+            # path. ENOSPC's errno 28 stays with the disk rules
+            r"\bUnable to create file \(unable to open file: name = '[^']*', errno = 2, error"
+            r" message = 'No such file or directory'",
+            # (round 99, tune87) gin-config binding a name no module registered (config.py:
+            # "No configurable matching '{}'." and "Configurable '{}' doesn't have a parameter
+            # named '{}'.", raised as ValueError and shown with the .gin file and line; a T5
+            # operative config for another mesh-tf, google-research/
+            # text-to-text-transfer-transformer#1036, its class line cut): the job's config
+            r"\bNo configurable matching '[^']+'\.",
+            r"\bConfigurable '[^']+' doesn't have a parameter named '[^']+'\.",
         ),
     ),
 )
