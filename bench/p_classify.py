@@ -8,13 +8,11 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` to ``tune87``: each ``tuneN`` was the fresh held-out set
+  README); ``tune3`` to ``tune88``: each ``tuneN`` was the fresh held-out set
   ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
-  ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record); ``heldout89``
-  (58 logs gathered by the other two of round 97's four helpers, one set, not split: the
-  fresh set);
+  ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -306,8 +304,9 @@ TUNING_SETS = (
     "tune85",
     "tune86",
     "tune87",
+    "tune88",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout89")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
