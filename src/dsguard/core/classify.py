@@ -823,6 +823,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Free memory: 224067584" and "- Requested memory: 878511352"; XGBoost4J-Spark on
             # V100s, dmlc/xgboost#8292)
             r"\bMemory allocation error on worker \d+: ",
+            # (round 101, tune88) ... and its older dh::safe_cuda, which throws
+            # thrust::system_error(code, cuda_category(), "<file>(<line>)"), whose what() puts
+            # cudaGetErrorString after the place ("CUDA error: .../plugin/updater_gpu/src/
+            # device_helpers.cuh(386): out of memory", the GPU updater on 30,000 sparse
+            # features; dmlc/xgboost#2019). The same wrapper is common in CUDA code (thrust's
+            # documented idiom), so any CUDA source's place before the words counts
+            r"\b[\w.-]+\.cuh?\(\d+\): out of memory\b",
             # (round 82) CatBoost's CUDA_SAFE_CALL on cudaErrorMemoryAllocation ("CUDA error 2:
             # out of memory", the format of its other errors, below)
             r"\bCUDA error 2: out of memory\b",
@@ -3129,12 +3136,14 @@ _EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exceptio
 # finding module specification for 'accelerate.commands.launch' (ModuleNotFoundError: No
 # module named 'accelerate')"); round 6: also in double quotes, bold, or with a space inside the
 # backticks ("` TypeError: SFTTrainer.__init__() got an unexpected keyword argument ... `",
-# "I get the error: \"OSError: We couldn't connect to 'https://huggingface.co' ...")). And
+# "I get the error: \"OSError: We couldn't connect to 'https://huggingface.co' ...")); round
+# 101 (tune88): bold whose markers doubled ("****KeyError: \"MaskRCNN: 'RefineRoIHead is not in
+# the models registry'\"****", open-mmlab/mmdetection#5974) or with italics ("***"). And
 # Python's strerror for a missing file without its class name ("[Errno 2] No such file or
 # directory: '../dataset/train.json'"). Weak evidence of the
 # script's or environment's error: anything specific in the output outranks it.
 _QUOTED_EXC = re.compile(
-    r"(?:^>[>\s]*|^\*\*\s*|[`(\"“]\s*)((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
+    r"(?:^>[>\s]*|^\*{2,4}\s*|[`(\"“]\s*)((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
     r"|(\[Errno 2\] No such file or directory: )"
 )
 # (round 66, tune62) ... but behind a Markdown quote marker where a traceback is open, the
