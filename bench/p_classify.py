@@ -12,7 +12,9 @@ Three sets, scored separately:
   ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
-  ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record);
+  ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record); ``heldout90``
+  (77 logs gathered by two helpers on the look-ups round 97's four left, one set, not split:
+  the fresh set);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -306,7 +308,7 @@ TUNING_SETS = (
     "tune87",
     "tune88",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout90")
 
 
 def run(quick: bool = False) -> dict[str, Any]:

@@ -45,10 +45,10 @@ def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
     tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune88`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
-    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2`` and
-    ``heldout3``."""
+    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
+    ``heldout3`` and ``heldout90``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 4413
+    assert len(failures) >= 4490
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -669,6 +669,28 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
     return score([c for c in CASES if c.group in groups], with_probable=True)
 
 
+def test_heldout90_accuracy_floor() -> None:
+    """heldout90 (77 logs gathered by two helpers on the look-ups round 97's four left, one
+    set, not split; scored once on the rules frozen at 68282fa): 52/77 = 67.5% (unknown
+    22.1%); its record as a held-out set, held as a floor. 11 of its logs were kept cut before
+    the line that names the cause (their helper's report lists them; the corpus README says
+    why): without them 52/66 = 78.8%."""
+    s = _score("heldout90")
+    assert s.accuracy >= 0.675 and s.predicted("unknown") <= 17
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 target not met: 67.5% (unknown 22.1%) on the fresh heldout90",
+)
+def test_the_fresh_set_meets_the_accuracy_and_unknown_targets() -> None:
+    """The issue's accuracy targets on the newest held-out set, scored once on frozen rules:
+    >= 95% right and ``unknown`` below 3% (heldout90: 67.5%, 22.1%; every fresh set's
+    record is in bench/RESULTS.md). Which logs were missed is not read (a held-out set)."""
+    s = _score("heldout90")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
@@ -677,8 +699,14 @@ def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> Non
     round since they were gathered (never read, never written from), so this figure leans on
     sets that are no longer fresh: the issue's targets are judged on the newest set, scored
     once (bench/RESULTS.md)."""
-    s = _with_probable(HELDOUT)
+    s = _with_probable(HELDOUT[:3])
     assert s.accuracy >= 0.976 and s.predicted("unknown") / s.n < 0.03
+
+
+def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
+    """heldout90 read with the probable kind: 58/77 = 75.3%, nothing named 11; floors there."""
+    s = _with_probable(("heldout90",))
+    assert s.accuracy >= 0.753 and s.predicted("unknown") <= 11
 
 
 #: Sets on which the probable kind names an OOM for a user error (a strict xfail each). None
