@@ -33,16 +33,18 @@ from dsguard.core.classify import (
     decode_exit,
 )
 from dsguard.run.watch import OutputPump
+from tests.test_classify import stream
 
 K = FailureKind
 
 
 def evidence(parts: list[str]) -> tuple[Evidence, ...]:
-    sc = StreamClassifier()
-    for part in parts:
-        sc.feed(part)
-    sc.close()
-    return sc.evidence
+    """The evidence kept, after checking that feed and close reported exactly it and that
+    every line was counted, whatever the parts."""
+    kept, reported, lines = stream(parts)
+    assert kept == tuple(reported)
+    assert lines == "".join(parts).count("\n")
+    return kept
 
 
 def by_lines(text: str) -> list[str]:

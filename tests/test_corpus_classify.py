@@ -748,18 +748,13 @@ def test_every_log_read_a_line_at_a_time_gives_the_evidence_of_4_kib_pieces() ->
     pieces of a saved file. Every log and mention keeps the same evidence both ways
     (tests/test_classify_chunking.py has the cases that once differed). A held-out log's
     name is not shown: only how many differ."""
-    from dsguard.core.classify import StreamClassifier
-
-    def evidence(parts: Sequence[str]) -> tuple[Any, ...]:
-        sc = StreamClassifier()
-        reported = [ev for part in parts for ev in sc.feed(part)] + sc.close()
-        return sc.evidence, tuple(reported)
+    from tests.test_classify import stream
 
     differ = [
         c.name if c.group not in HELDOUT else "(held out)"
         for c in CASES
-        if evidence(c.text.splitlines(keepends=True))
-        != evidence([c.text[i : i + 4096] for i in range(0, len(c.text), 4096)])
+        if stream(c.text.splitlines(keepends=True))
+        != stream([c.text[i : i + 4096] for i in range(0, len(c.text), 4096)])
     ]
     assert not differ, differ
 
