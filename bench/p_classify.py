@@ -8,7 +8,7 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` to ``tune88``: each ``tuneN`` was the fresh held-out set
+  README); ``tune3`` to ``tune89``: each ``tuneN`` was the fresh held-out set
   ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
@@ -307,8 +307,9 @@ TUNING_SETS = (
     "tune86",
     "tune87",
     "tune88",
+    "tune89",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout90")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
