@@ -633,8 +633,9 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # tune89 (77 logs, two helpers on round 97's last look-ups, not split, merged after round
     # 101's rules froze at 68282fa and scored once on them): 52/77 = 67.5% (unknown 22.1%), its
     # record as a held-out set; 11 of its logs are cut before the line that names the cause
-    # (the corpus README lists them). A tuning set since round 103.
-    "tune89": (0.675, 17),
+    # (the corpus README lists them). A tuning set since round 103, whose rules took it to
+    # 56/77 (unknown 14); tests/test_classify_round103.py names the misses left as they read.
+    "tune89": (0.727, 14),
 }
 
 

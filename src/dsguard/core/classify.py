@@ -609,6 +609,8 @@ _TRIGGERS: tuple[str, ...] = (
     "nable to create file (unable to open file: name = ",  # h5py on HDF5's open(2) failure
     "o configurable matching '",  # gin: "No configurable matching 'get_sentencepiece_...'."
     "oesn't have a parameter named '",  # gin: "Configurable 'X' doesn't have a parameter ..."
+    # -- round 103 (tune89): shares its first character with a trigger above
+    "A failure in ",  # a CUDA_CHECK macro's first line: "CUDA failure in cudaMalloc(&ptr, n)"
 )
 
 
@@ -817,7 +819,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # instant-ngp and the NeRF codebases on it print ("Uncaught exception: Could not
             # allocate memory: .../gpu_memory.h:109 cudaMalloc(&rawptr, n_bytes+
             # DEBUG_GUARD_SIZE*2) failed with error out of memory", NVlabs/instant-ngp#182)
-            r"\bcuda\w*Malloc\w*\(.*\) failed with error out of memory",
+            # (round 103, tune89) ... also as a paste cut it a few letters short ("... failed
+            # with error out of memor", the line's end; NVlabs/instant-ngp#393): no other
+            # error string of CUDA's starts with those words
+            r"\bcuda\w*Malloc\w*\(.*\) failed with error out of memor(?:y\b|\s*$)",
+            # (round 103, tune89) the CUDA_CHECK macro that DyNet, its predecessor cnn and
+            # many CUDA codebases copy ('std::cerr << "CUDA failure in " << #stmt', then
+            # cudaGetErrorString), with the error on the same line ("CUDA failure in
+            # cudaMalloc(&p, n): out of memory") or on the next (_CUDA_CHECK_HEAD below)
+            r"(?i:\bcuda failure in \S.*?: out of memory\b)",
             # (round 82, tune78) XGBoost's GPU allocator (src/common/device_helpers.cuh,
             # ThrowOOMError: "Memory allocation error on worker 3: Caching allocator" over "-
             # Free memory: 224067584" and "- Requested memory: 878511352"; XGBoost4J-Spark on
@@ -2128,6 +2138,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # in [op=divide] [tensor=] find nan or inf==="), ahead of the launch failure the
             # device-side assert leaves (PaddlePaddle/Paddle#57955)
             r"\bfind nan or inf===",
+            # (round 103, tune89) neuralnet_pytorch's Monitor.run_training when a logged loss
+            # is not finite (monitor.py: raise ValueError('NaN or Inf encountered. Training
+            # failed!'); justanhduc/graphx-conv#14): the words "encountered" only, not
+            # tensorboardX's "NaN or Inf found in input tensor.", a warning the run survives
+            r"(?i:\b(?:nan or inf|inf or nan) encountered\b)",
         ),
     ),
     # (round 65) ahead of the CUDA faults, whose "CUDA error:" and "cuda runtime error (N)"
@@ -3524,6 +3539,12 @@ _RETICULATE_EXC = re.compile(rf"{_PY_CALL_IMPL}{_EXC_CLASS}:\s")
 # callback failing in fit(); rstudio/keras3#1042)
 _RETICULATE_HEAD = re.compile(rf"{_PY_CALL_IMPL}$")
 _RETICULATE_NEXT = re.compile(rf"\s+{_EXC_CLASS}:\s")
+# (round 103, tune89) The CUDA_CHECK macro DyNet (dynet/cuda.h) and many CUDA codebases copy
+# prints the failing call on one line and cudaGetErrorString on the next ("CUDA failure in
+# cudaMalloc(&ptr, n)" then "out of memory", clab/dynet#714), then throws: that second line,
+# bare, is a device allocation that failed. Other error strings there have rules of their own.
+_CUDA_CHECK_HEAD = re.compile(r"\bCUDA failure in \S.*\)\s*$")
+_CUDA_CHECK_OOM = re.compile(r"\s*out of memory\s*$")
 # (round 55) Ray's log deduplication (RAY_DEDUP_LOGS, on by default) prints a line that many
 # workers printed once, with " [repeated 43x across cluster]" after it, and the first time
 # "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 ...)" after that: not the
@@ -3662,6 +3683,7 @@ class StreamClassifier:
         self._bfc_host: set[int | None] = set()  # ranks whose current BFC dump is host memory
         self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
         self._reticulate_line = -1  # line_no of R's "Error in py_call_impl(...) :" alone
+        self._cuda_check_line = -1  # line_no of a CUDA_CHECK's "CUDA failure in <call>" alone
         # Per rank: the first frame of the current traceback that names its kind on its own
         # (frames.closed_frame_kind), reported only if the traceback never reaches its
         # exception line (an excerpt cut mid-traceback); _pending holds those to report.
@@ -4050,15 +4072,15 @@ class StreamClassifier:
         if _IGNORED in body:
             self._ignored_until = line_no + _IGNORED_WINDOW
             return None
-        if _BFC_OCCUPANCY.search(body) is not None:  # the end of an allocator's dump
-            if rank in self._bfc_host:
-                self._bfc_host.discard(rank)
-                self._bfc_map.pop(rank, None)
-            else:
-                self._bfc_map[rank] = line_no  # read by the OOM line that may follow
-            return None
+        if (occupancy := _BFC_OCCUPANCY.search(body)) is not None:  # an allocator dump's end
+            return self._on_bfc_map(rank, body[occupancy.end() :], line, line_no, after_frame)
         if _HOST_BFC_OOM.search(body) is not None:
             self._bfc_host.add(rank)  # the dump that follows is host memory's (and judged)
+        if line_no == self._cuda_check_line + 1 and (m := _CUDA_CHECK_OOM.match(body)):
+            return make(FailureKind.CUDA_OOM, m)
+        if _CUDA_CHECK_HEAD.search(body) is not None:
+            self._cuda_check_line = line_no  # its error string is on the next line
+            return None
         for kind, rule in _WEAK_RULES:
             if (m := rule.search(body)) is not None:
                 return make(kind, m, weak=True)
@@ -4149,6 +4171,26 @@ class StreamClassifier:
         if glued and _TRIGGER_RX.search(glued) is not None:
             return self._classify_line(glued, line_no, after_frame=after_frame)
         return None
+
+    def _on_bfc_map(
+        self, rank: int | None, rest: str, line: str, line_no: int, after_frame: bool
+    ) -> Evidence | None:
+        """A BFC allocator's occupancy map (``rest``: what follows it on the line), read by
+        the OOM line that may follow it, unless its dump began with a host allocator's report."""
+        if rank in self._bfc_host:
+            self._bfc_host.discard(rank)
+            self._bfc_map.pop(rank, None)
+        else:
+            self._bfc_map[rank] = line_no
+        # (round 103, tune89) a paste that lost the map's line end glues the next log line,
+        # often the OOM itself, onto it ("..._____   2020-04-29 02:49:43.473975: W .../
+        # op_kernel.cc:1273] OP_REQUIRES failed at batch_matmul_op_impl.h:582 : Resource
+        # exhausted: OOM when allocating tensor ...", deepchem/deepchem#1449): that line is
+        # judged as the line it was
+        rest = rest.lstrip(" \t*x_")
+        if not rest:
+            return None
+        return self._judge(rank, rest, line, line_no, after_frame=after_frame)
 
     def _end_traceback(
         self, rank: int | None, name: str, line_no: int, message: str = ""
