@@ -9,6 +9,7 @@ to the corpus changes what is checked.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -733,6 +734,43 @@ def test_every_log_read_a_line_at_a_time_gives_the_evidence_of_4_kib_pieces() ->
         for c in CASES
         if stream(c.text.splitlines(keepends=True))
         != stream([c.text[i : i + 4096] for i in range(0, len(c.text), 4096)])
+    ]
+    assert not differ, differ
+
+
+#: The time prefixes a log collector writes before every line (core/classify.py,
+#: _COLLECTOR_PREFIX): kubectl logs --timestamps and docker logs -t, moreutils ts, journalctl's
+#: short and short-iso formats, a time with a space, a bracketed time, a bare clock time.
+_COLLECTOR_PREFIXES = (
+    "2024-05-01T12:34:56.123456789Z ",
+    "Nov 28 18:26:07 ",
+    "Nov  3 18:26:07 gpu-node-3 python3[12345]: ",
+    "2026-11-28T18:26:07+0000 gpu-node-3 python3[12345]: ",
+    "2024-05-01 12:34:56 ",
+    "[2024-05-01T12:34:56.123Z] ",
+    "12:34:56.789 ",
+)
+
+
+def test_every_verdict_holds_with_a_collector_time_on_every_line() -> None:
+    """A log given to ``dsguard explain`` may have been saved through a collector that puts a
+    time before every line: every log, mention and GPUAlert log gives the same verdict with
+    one (a different form each line, all seven at every line position over the corpus). Only
+    the verdict is compared: an exception line after a time no traceback header vouches for
+    never ends an attempt at once (tests/test_classify_collector.py). A held-out log's name is
+    not shown: only how many differ."""
+    from bench.p_classify import judge_case
+
+    def stamped(text: str) -> str:
+        lines = text.split("\n")
+        n = len(_COLLECTOR_PREFIXES)
+        out = [_COLLECTOR_PREFIXES[i % n] + line for i, line in enumerate(lines[:-1])]
+        return "\n".join([*out, lines[-1] and _COLLECTOR_PREFIXES[0] + lines[-1]])
+
+    differ = [
+        c.name if c.group not in HELDOUT else "(held out)"
+        for c in [*CASES, *gpualert_cases()]
+        if judge_case(c).kind != judge_case(dataclasses.replace(c, text=stamped(c.text))).kind
     ]
     assert not differ, differ
 

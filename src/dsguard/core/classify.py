@@ -3178,10 +3178,14 @@ _DEBUGGER_EXC = re.compile(
 # attempt at once: the same words in a log message, a tip, a data sample or an echo of old
 # output (fairseq's "OOM: Ran out of memory with exception: CUDA out of memory", logged
 # while it skips the batch and trains on) start with something else.
+_RAISED_BY_RUNTIME = r"\s*what\(\):|terminate called after throwing|.*NCCL WARN Cuda failure"
 _RAISED = re.compile(
     r"(?:^|(?<=\]))(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s|:?\s*$)"
-    r"|\s*what\(\):|terminate called after throwing|.*NCCL WARN Cuda failure)"
+    rf"|{_RAISED_BY_RUNTIME})"
 )
+# ... of which the C++ runtime's and NCCL's own lines are never a logger's report of an
+# exception it caught, whatever time a collector put before them (StreamClassifier._stamped)
+_RAISED_UNLOGGED = re.compile(rf"(?:^|(?<=\]))(?:{_RAISED_BY_RUNTIME})")
 _FATAL_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.HOST_OOM})
 _NOT_OVER_USER_CODE = _FATAL_KINDS | {FailureKind.LOSS_DIVERGENCE, FailureKind.NCCL_ERROR}
 # (round 45) A DataLoader worker that SIGTERM ended: weak host-memory evidence (_WEAK_RULES),
@@ -3574,10 +3578,46 @@ def _is_echoed_source(body: str) -> bool:
     return _ECHO.match(body) is not None
 
 
+# (round 103) The prefix a log collector puts before every line it stores, when a log given to
+# ``dsguard explain`` was saved through one: an RFC 3339 time with a "T" and a zone
+# ("2024-05-01T12:34:56.123456789Z ", kubectl logs --timestamps, docker logs -t; GitHub
+# Actions' raw logs), moreutils ts's default "%b %d %H:%M:%S " ("Nov 28 18:26:12 "), and
+# journalctl's short and short-iso formats, which follow the time with the host and the
+# identifier ("Nov 28 18:26:12 gpu-3 python3[4242]: ", "2026-11-28T18:26:12+0000 gpu-3
+# python3[4242]: "; systemd's journalctl(1) OUTPUT OPTIONS), the way a service's training
+# output is read back. A program's own logger writes its time with a space, not a "T", and is
+# left to the logger-prefix learning (_LOGGER_PREFIX). Measured by prefixing every line of
+# the tuning splits: before this, 5.6-6.8 % of their right verdicts changed with a time on
+# every line and 10.3 % with journald's prefix (bench/RESULTS.md, rounds 103 on).
+_COLLECTOR_PREFIX = re.compile(
+    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d"
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]"
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?"
+    r"|\d\d:\d\d:\d\d(?:[.,]\d+)?)"
+    # journald's host and identifier: a process's with its pid, or the kernel's (its OOM
+    # killer's lines); never a bare "word: ", which is a message's own start
+    r"(?: [\w.-]+ (?:[\w.@/:-]*?[\w)]\[\d+\]|kernel): | )"
+)
+
+
 def _split_prefix(line: str) -> tuple[int | None, str]:
-    """Peel rank/host prefixes; return (rank, body). A host prefix alone gives no rank."""
+    """Peel a time prefix, then rank/host prefixes; return (rank, body). A host prefix alone
+    gives no rank."""
+    rank, body, _ = _split_stamped(line)
+    return rank, body
+
+
+def _split_stamped(line: str) -> tuple[int | None, str, bool]:
+    """_split_prefix, and whether a time prefix was peeled (see StreamClassifier._stamped)."""
     rank: int | None = None
     pos = 0
+    for _ in range(2):  # a collector's over the program's own ("<journald> 2025-10-27 18:45:39 ")
+        collector = _COLLECTOR_PREFIX.match(line, pos)
+        if collector is None:
+            break
+        pos = collector.end()
+    stamped = pos > 0
     for _ in range(3):
         m = _PREFIX.match(line, pos)
         if m is None:
@@ -3592,7 +3632,7 @@ def _split_prefix(line: str) -> tuple[int | None, str]:
     body = line[pos:]
     if "across cluster]" in body:  # one scan: the note, when there, follows this suffix
         body = _RAY_DEDUP.sub("", body)
-    return rank, body
+    return rank, body, stamped
 
 
 def _line_terminators(text: str, start: int, end: int) -> int:
@@ -3612,7 +3652,11 @@ def _make_evidence(
     match_end: int,
     sigkill: bool = False,
     weak: bool = False,
+    raised: bool = True,
 ) -> Evidence:
+    """Evidence of ``kind`` from a line; fatal only where the line is the exception raised
+    (_RAISED), and ``raised`` is False where that cannot be known (a time prefix no traceback
+    header vouches for: StreamClassifier._stamped)."""
     if rank is None:
         inline = _INLINE_RANK.search(body)  # c10d names the rank in the message itself
         if inline is not None:
@@ -3622,7 +3666,9 @@ def _make_evidence(
         rank=rank,
         line_no=line_no,
         text=_clip(line, match_end),
-        fatal=kind in _FATAL_KINDS and not weak and _RAISED.search(body) is not None,
+        fatal=kind in _FATAL_KINDS
+        and not weak
+        and (_RAISED if raised else _RAISED_UNLOGGED).search(body) is not None,
         sigkill=sigkill,
         weak=weak,
     )
@@ -3666,6 +3712,15 @@ class StreamClassifier:
         # 200507 [worker_base.py:148] Traceback ..."), as its shape (digits as 0), per rank:
         # its frames and exception line carry the same prefix, with other timestamps.
         self._tb_prefix: dict[int | None, str] = {}
+        # A time prefix (_COLLECTOR_PREFIX) is peeled off every line so that a saved log reads
+        # the same with or without one; but an exception line after a time, with no traceback
+        # header after a time before it, may be a program's logger reporting an exception it
+        # caught ("12:04:31 RuntimeError: CUDA out of memory ..." from "%(asctime)s
+        # %(message)s"), so it never ends an attempt at once: per rank, whether its current
+        # traceback's header had a time before it; and whether the line being judged has
+        # one that no such header vouches for.
+        self._tb_stamped: dict[int | None, bool] = {}
+        self._stamped = False
         self._frame_just_seen = False  # the line just classified was a frame header
         # After a frame header: the look-ahead lines left, and the line it goes on after (one
         # the trigger search reads first, or the last of a chunk); (0, 0) when none
@@ -3986,7 +4041,8 @@ class StreamClassifier:
     def _classify_line(
         self, line: str, line_no: int, *, after_frame: bool = False
     ) -> Evidence | None:
-        rank, body = _split_prefix(line)
+        rank, body, stamped = _split_stamped(line)
+        self._stamped = stamped and not self._tb_stamped.get(rank, False)
         if body.startswith("E   "):
             body = body[1:]  # pytest's failure marker; the indentation after it is the line's
         if self._tb_prefix:
@@ -3994,6 +4050,10 @@ class StreamClassifier:
         header = body.find(_TRACEBACK)
         if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
             self._start_traceback(rank, body[:header], line_no)
+            if len(self._tb_stamped) >= _MAX_FRAME_KEYS:
+                self._tb_stamped.clear()
+            self._tb_stamped[rank] = stamped
+            self._stamped = False
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
@@ -4066,8 +4126,9 @@ class StreamClassifier:
 
         def make(kind: FailureKind, m: re.Match[str], **kw: bool) -> Evidence:
             return _make_evidence(
-                kind, rank, body=body, line=line, line_no=line_no, match_end=offset + m.end(), **kw
-            )
+                kind, rank, body=body, line=line, line_no=line_no, match_end=offset + m.end(),
+                raised=not self._stamped, **kw,
+            )  # fmt: skip
 
         if _IGNORED in body:
             self._ignored_until = line_no + _IGNORED_WINDOW
@@ -4201,6 +4262,7 @@ class StreamClassifier:
         closed = rank not in self._frames
         if closed:
             self._tb_prefix.pop(rank, None)
+            self._tb_stamped.pop(rank, None)
         if self._build_frames:
             # The innermost exception of a traceback through the op builder or torch's
             # extension builder (a CalledProcessError of ninja included) is a build failure.
