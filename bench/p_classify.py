@@ -12,9 +12,10 @@ Three sets, scored separately:
   ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
-  ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record); ``heldout90``
-  (77 logs gathered by two helpers on the look-ups round 97's four left, one set, not split:
-  the fresh set);
+  ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record); ``heldout91``
+  and ``heldout92`` (51 and 80 logs gathered by two pairs of helpers in round 103's sitting,
+  each set not split, both merged after round 103's rules froze and scored once on them: the
+  fresh sets);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -309,7 +310,7 @@ TUNING_SETS = (
     "tune88",
     "tune89",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout91", "heldout92")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
