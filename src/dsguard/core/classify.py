@@ -611,6 +611,8 @@ _TRIGGERS: tuple[str, ...] = (
     "oesn't have a parameter named '",  # gin: "Configurable 'X' doesn't have a parameter ..."
     # -- round 103 (tune89): shares its first character with a trigger above
     "A failure in ",  # a CUDA_CHECK macro's first line: "CUDA failure in cudaMalloc(&ptr, n)"
+    # -- round 105 (tune90): shares its first character with a trigger above
+    "when allocating tensor",  # TF's "OOM when ...", also a paste's "OM when ..." (no "OOM")
 )
 
 
@@ -813,7 +815,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # cudaGetErrorString after their own words: CTranslate2's "CUDA failed with error
             # out of memory", spconv/tensorview's "cuda failed with error 2 out of memory"
             # (junjie18/CMT#15); cudaErrorMemoryAllocation is that error's enum name
-            r"OOM when allocating tensor.{0,300}?/device:GPU:\d",
+            # (round 105, tune90: also with the first letter lost by a paste, "OM when
+            # allocating tensor with shape[100,256,28,28] ... device:GPU:0", fizyr/
+            # keras-maskrcnn#40)
+            r"\bO?OM when allocating tensor.{0,300}?/device:GPU:\d",
             r"(?i:\bcuda failed with error (?:\d+ )?out of memory)",
             # (round 77, tune74) tiny-cuda-nn's CUDA_CHECK_THROW on its allocation, which
             # instant-ngp and the NeRF codebases on it print ("Uncaught exception: Could not
@@ -1125,7 +1130,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"memory allocation of \d+ bytes failed",  # Rust's alloc error (tch-rs)
             r"_ArrayMemoryError|Unable to allocate [\d.]+ [KMGTP]i?B for an array",  # numpy
             # -- issue 12, round 5: TensorFlow's allocation failure on the host's allocator
-            r"OOM when allocating tensor.{0,300}?/device:CPU:\d",
+            r"\bO?OM when allocating tensor.{0,300}?/device:CPU:\d",
             # Orchestrators that killed a worker for host memory: Ray's memory monitor
             # (python/ray/exceptions.py OutOfMemoryError: "Task was killed due to the node
             # running low on memory."), Kubernetes' container status ("Reason: OOMKilled", the
@@ -1771,6 +1776,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # to be an sstable [[{{node save/RestoreV2}}]]", a checkpoint cut short;
             # deepmodeling/deepmd-kit#1023, mit-acl/rl_collision_avoidance#11)
             r"(?:DataLossError|Data loss): (?:file is too short to be an|not an) sstable\b",
+            # (round 105, tune90) ... as the restore op's kernel logs it before the status's
+            # own words, which a paste may cut ("W .../op_kernel.cc:1192] Data loss: Unable to
+            # open table file out/lsp_al", asanakoy/deeppose_tf#12): tensor_slice_reader.cc
+            # opens checkpoint tables only
+            r"\b(?:DataLossError|Data loss|DATA_LOSS): Unable to open table file \S",
             # (round 32, tune29) ... and the restore op's kernel reporting any data loss in the
             # checkpoint it reads (save_restore_v2_ops.cc RestoreV2: "OP_REQUIRES failed at
             # save_restore_v2_ops.cc:207 : DATA_LOSS: truncated block read", a checkpoint read
@@ -2979,6 +2989,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # text-to-text-transfer-transformer#1036, its class line cut): the job's config
             r"\bNo configurable matching '[^']+'\.",
             r"\bConfigurable '[^']+' doesn't have a parameter named '[^']+'\.",
+            # (round 105, tune90) XLA's GPU backend compiling a kernel without the CUDA
+            # toolkit's libdevice (gpu_backend_lib.cc: "libdevice not found at ./libdevice.10.bc",
+            # raised as INTERNAL by the op; talmolab/sleap#1485, a pip install of TensorFlow
+            # with no toolkit beside it): the environment, fixed by XLA_FLAGS=
+            # --xla_gpu_cuda_data_dir or installing the toolkit, never by a retry
+            r"\blibdevice not found at \S",
         ),
     ),
 )
@@ -3035,7 +3051,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # (round 85, tune80: with the Markdown emphasis a reporter put around it inside an inline
     # paste, "trainthemodel.sh: **line 6: 13536 Killed** melody_rnn_train", magenta/magenta
     # #439, as the alone-on-its-line form above allows)
-    (re.compile(r": [*`_]*line \d+: +\d+ +(?:Killed|已杀死)"), 9),
+    # (round 105, tune90: a space before the colon, as a French-typography paste has it,
+    # "./run_rl_swarm.sh: line 155 : 1126 Killed :9 python -m ...", Mayankgg01/
+    # Gensyn-ai-Rl-Swarm_Guide#19)
+    (re.compile(r": [*`_]*line \d+ ?: +\d+ +(?:Killed|已杀死)"), 9),
     # (round 57, tune54) ... pasted from its PID on, the status padded to a column before the
     # command ("71885 Killed                  PYTHONPATH=. python -m kauldron.main ...",
     # google-deepmind/gemma#431)
@@ -3153,12 +3172,15 @@ _EXC_REPR = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exceptio
 # backticks ("` TypeError: SFTTrainer.__init__() got an unexpected keyword argument ... `",
 # "I get the error: \"OSError: We couldn't connect to 'https://huggingface.co' ...")); round
 # 101 (tune88): bold whose markers doubled ("****KeyError: \"MaskRCNN: 'RefineRoIHead is not in
-# the models registry'\"****", open-mmlab/mmdetection#5974) or with italics ("***"). And
+# the models registry'\"****", open-mmlab/mmdetection#5974) or with italics ("***"); round
+# 105 (tune90): in Markdown italics by underscores ("_KeyError: 'algorithm'_", after a
+# traceback whose header carries the opening one; PaddlePaddle/PaddleOCR#8888). And
 # Python's strerror for a missing file without its class name ("[Errno 2] No such file or
 # directory: '../dataset/train.json'"). Weak evidence of the
 # script's or environment's error: anything specific in the output outranks it.
 _QUOTED_EXC = re.compile(
-    r"(?:^>[>\s]*|^\*{2,4}\s*|[`(\"“]\s*)((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
+    r"(?:^>[>\s]*|^(?:\*{2,4}|_{1,2})\s*|[`(\"“]\s*)"
+    r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): \S"
     r"|(\[Errno 2\] No such file or directory: )"
 )
 # (round 66, tune62) ... but behind a Markdown quote marker where a traceback is open, the
@@ -3385,12 +3407,18 @@ _TF_ROOT_ERROR = re.compile(rf"\(\d+\) ({'|'.join(_TF_ERROR_CLASSES)}): ")
 #: memory" (minimaxir/gpt-2-simple#282), the same exhaustion with no tensor named: read the
 #: same way, not as the ordinary exception (a user error) its class name alone would make it
 _TF_OOM = re.compile(
-    r"OOM when allocating tensor(?!.{0,300}?/device:(?:GPU|CPU):\d)"
+    r"\bO?OM when allocating tensor(?!.{0,300}?/device:(?:GPU|CPU):\d)"
     r"|(?:ResourceExhaustedError|RESOURCE_EXHAUSTED|Resource exhausted): failed to allocate memory"
 )
+# (round 105, tune90) the op's own placement only: a _Recv or _Send node's recv_device and
+# send_device name where a tensor goes, not where the failing op ran (lengstrom/
+# fast-style-transfer#9: its Conv2D on gpu:0, a _Recv node on cpu:0 on the next node line);
+# and a value an 80-column paste wrapped after "_device=", on its own line ("> \"/job:localhost/
+# replica:0/task:0/gpu:0\"](Relu, ...)", the reporter's quote marker before it)
 _TF_DEVICE = re.compile(
-    r"(?:_device=\"[^\"]*/(?:device:)?(?:(GPU|gpu)|CPU|cpu):\d|Allocator \((?:(GPU)_\d+_bfc"
-    r"|cpu)\)|\b(?:(GPU)_\d+_bfc|cpu_allocator)\b)"
+    r"(?:(?<!\w)_device=\"[^\"]*/(?:device:)?(?:(GPU|gpu)|CPU|cpu):\d"
+    r"|^[>\s]*\"/job:[^\"]*/(?:device:)?(?:(GPU|gpu)|CPU|cpu):\d+\"\]"
+    r"|Allocator \((?:(GPU)_\d+_bfc|cpu)\)|\b(?:(GPU)_\d+_bfc|cpu_allocator)\b)"
 )
 _TF_DEVICE_LINES = 3
 _IGNORED = "Exception ignored in"
@@ -3952,7 +3980,7 @@ class StreamClassifier:
             left -= 1
             eol = _EOL.search(buf, pos, end)
             stop = eol.start() if eol is not None else end
-            m = _TF_DEVICE.search(buf, pos, stop)
+            m = _TF_DEVICE.search(_split_prefix(buf[pos:stop])[1])  # after a time or rank
             if m is not None:
                 gpu = any(g is not None for g in m.groups())  # a GPU named in any branch
                 kind = FailureKind.CUDA_OOM if gpu else FailureKind.HOST_OOM
