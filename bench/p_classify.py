@@ -14,7 +14,9 @@ Three sets, scored separately:
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
   ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record); ``heldout92``
   (80 logs gathered by two of round 103's four helpers, not split, merged after round 103's
-  rules froze and scored once on them: the fresh set);
+  rules froze and scored once on them) and ``heldout93`` (48 logs gathered by two more helpers
+  in the same sitting, merged after round 105's rules froze and scored once on them): the fresh
+  sets;
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -310,7 +312,7 @@ TUNING_SETS = (
     "tune89",
     "tune90",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout92")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout92", "heldout93")
 
 
 def run(quick: bool = False) -> dict[str, Any]:

@@ -47,9 +47,9 @@ def test_corpus_is_real_and_split() -> None:
     tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune90`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
     rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3`` and ``heldout92``."""
+    ``heldout3``, ``heldout92`` and ``heldout93``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 4621
+    assert len(failures) >= 4669
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -684,6 +684,26 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
     return score([c for c in CASES if c.group in groups], with_probable=True)
 
 
+def test_heldout93_accuracy_floor() -> None:
+    """heldout93 (48 logs gathered by two more helpers in round 103's sitting, the users' and
+    other stacks' less-visited corners, one set, not split; scored once on the rules frozen at
+    81c8bb4): 42/48 = 87.5% (unknown 8.3%); its record as a held-out set, held as a floor."""
+    s = _score("heldout93")
+    assert s.accuracy >= 0.875 and s.predicted("unknown") <= 4
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 target not met: 87.5% (unknown 8.3%) on the fresh heldout93",
+)
+def test_the_fresh_heldout93_meets_the_accuracy_and_unknown_targets() -> None:
+    """The issue's accuracy targets on a fresh held-out set, scored once on frozen rules:
+    >= 95% right and ``unknown`` below 3% (every fresh set's record is in bench/RESULTS.md).
+    Which logs were missed is not read (a held-out set)."""
+    s = _score("heldout93")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
 def test_heldout92_accuracy_floor() -> None:
     """heldout92 (80 logs gathered by the other two helpers of round 103's sitting, one set,
     not split; scored once on the same frozen rules): 76/80 = 95.0% (unknown 3.8%); its
@@ -715,8 +735,11 @@ def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> Non
     assert s.accuracy >= 0.976 and s.predicted("unknown") / s.n < 0.03
 
 
-def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
-    """heldout92 read with the probable kind: 77/80, nothing named 1; floors there."""
+def test_the_fresh_sets_with_the_probable_kind_hold_their_once_scores() -> None:
+    """heldout92 read with the probable kind: 77/80, nothing named 1; heldout93: 44/48,
+    nothing named 2; floors there."""
+    s = _with_probable(("heldout93",))
+    assert s.accuracy >= 0.916 and s.predicted("unknown") <= 2
     s = _with_probable(("heldout92",))
     assert s.accuracy >= 0.962 and s.predicted("unknown") <= 1
 
