@@ -44,10 +44,10 @@ def _score(group: str) -> Score:
 
 def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
-    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune90`` (each ``tuneN`` the held-out
+    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune91`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
     rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3``, ``heldout92`` and ``heldout93``."""
+    ``heldout3`` and ``heldout93``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 4669
     assert len({c.label for c in failures}) == 12
@@ -645,6 +645,11 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # 88.2% (unknown 9.8%; host_oom precision 3/4), its record as a held-out set. A tuning set
     # since round 105, whose rules took it to 51/51 (tests/test_classify_round105.py).
     "tune90": (1.0, 0),
+    # tune91 (80 logs, the other two of round 103's four helpers, not split, merged after round
+    # 103's rules and the collector-time change froze at 855ec9d and scored once on them):
+    # 76/80 = 95.0% (unknown 3.8%), its record as a held-out set, the first fresh set to meet
+    # the accuracy target. A tuning set since round 107.
+    "tune91": (0.95, 3),
 }
 
 
@@ -704,44 +709,25 @@ def test_the_fresh_heldout93_meets_the_accuracy_and_unknown_targets() -> None:
     assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
-def test_heldout92_accuracy_floor() -> None:
-    """heldout92 (80 logs gathered by the other two helpers of round 103's sitting, one set,
-    not split; scored once on the same frozen rules): 76/80 = 95.0% (unknown 3.8%); its
-    record as a held-out set, held as a floor."""
-    s = _score("heldout92")
-    assert s.accuracy >= 0.95 and s.predicted("unknown") <= 3
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 unknown target not met: 95.0% right but unknown 3.8% on heldout92",
-)
-def test_the_fresh_heldout92_meets_the_accuracy_and_unknown_targets() -> None:
-    """As above for heldout92: its accuracy, 76/80 = 95.0%, meets the target; its 3
-    ``unknown`` verdicts (3.8%) do not (2 would)."""
-    s = _score("heldout92")
-    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
-
-
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
-    held-out sets (296 logs): 289 right (97.6%), no kind named for 2 (0.7%); the rules alone:
-    278 (93.9%), unknown 4.7%. Floors at those figures. The three sets have been scored every
+    held-out sets (296 logs): 288 right (97.3%), no kind named for 4 (1.4%); the rules alone:
+    278 (93.9%), unknown 4.7%. Floors at those figures (289 and 2 until round 107 rebuilt the
+    table with tune91, whose words moved one verdict's margin below the table's threshold and
+    one wrong kind's too: the table is fitted to the tuning splits, never to these sets). The
+    three sets have been scored every
     round since they were gathered (never read, never written from), so this figure leans on
     sets that are no longer fresh: the issue's targets are judged on the newest set, scored
     once (bench/RESULTS.md)."""
     s = _with_probable(HELDOUT[:3])
-    assert s.accuracy >= 0.976 and s.predicted("unknown") / s.n < 0.03
+    assert s.accuracy >= 0.972 and s.predicted("unknown") / s.n < 0.03
 
 
-def test_the_fresh_sets_with_the_probable_kind_hold_their_once_scores() -> None:
-    """heldout92 read with the probable kind: 77/80, nothing named 1; heldout93: 44/48,
-    nothing named 2; floors there."""
+def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
+    """heldout93 read with the probable kind: 44/48, nothing named 2; floors there."""
     s = _with_probable(("heldout93",))
     assert s.accuracy >= 0.916 and s.predicted("unknown") <= 2
-    s = _with_probable(("heldout92",))
-    assert s.accuracy >= 0.962 and s.predicted("unknown") <= 1
 
 
 #: Sets on which the probable kind names an OOM for a user error (a strict xfail each). None
