@@ -1741,6 +1741,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"HeaderTooLarge|MetadataIncompleteBuffer",  # safetensors
             r"The file might be corrupted",  # torch.load "unexpected EOF, expected N more"
             r"(?:unexpected|missing) keys? \"[^\"]+\" in state_dict",  # torch < 0.4
+            # (round 107, tune91) ... whose load_state_dict raised the keys it missed as one
+            # KeyError ("KeyError: 'missing keys in state_dict: \"set([...])\"'", a resume into
+            # a model of another depth; kenshohara/3D-ResNets-PyTorch#5)
+            r"\bmissing keys in state_dict: \"",
             r"Unable to load weights from pytorch checkpoint file",  # transformers
             r"EOFError: Ran out of input",  # torch.load / pickle on an empty file
             r"failed finding central directory",  # torch.load on a truncated zip
@@ -2248,7 +2252,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"No CUDA GPUs are available",
             r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
             r"CUDA driver version is insufficient for CUDA runtime version",
-            r"no kernel image is available for execution on the device",
+            # (round 107, tune91: also as a paste cut it after "execution", the line's end;
+            # bitsandbytes' "Error no kernel image is available for execution", bitsandbytes-
+            # foundation/bitsandbytes#903): cudaErrorNoKernelImageForDevice's text, no other
+            r"no kernel image is available for execution(?: on the device|\s*$)",
             # (round 68, tune65) ... and cudaErrorInvalidKernelImage's text ("CUDA runtime
             # implicit initialization on GPU:0 failed. Status: device kernel image is invalid",
             # TF 2.3 built for CUDA 10.1 on an RTX 3090; tensorflow/tensorflow#43718)
@@ -2995,6 +3002,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # with no toolkit beside it): the environment, fixed by XLA_FLAGS=
             # --xla_gpu_cuda_data_dir or installing the toolkit, never by a retry
             r"\blibdevice not found at \S",
+            # (round 107, tune91) decord's VideoReader on a video file FFmpeg cannot read
+            # (src/video/video_reader.cc: "ERROR opening: <file>, Invalid data found when
+            # processing input", after FFmpeg's own "moov atom not found" for a truncated MP4;
+            # open-mmlab/mmaction2#1415, a Kinetics-400 clip): the dataset, which a retry reads
+            # again
+            r"\bvideo_reader\.cc:\d+: ERROR opening: .*Invalid data found when processing input",
         ),
     ),
 )
@@ -3192,7 +3205,11 @@ _QUOTED_TB_EXC = re.compile(rf"^>[>\s]*{_EXC_CLASS}(?::\s|:?\s*$)")
 # TypeError" with its message on the next line; pasted from there, no traceback line carries
 # the class (sarafridov/plenoxels#2). Weak evidence of the script's error, as above.
 _DEBUGGER_EXC = re.compile(
-    r"^Exception has occurred: ((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\s*$"
+    r"^Exception has occurred: ((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+    # (round 107, tune91) with the note debugpy adds when it pauses elsewhere ("Exception has
+    # occurred: RuntimeError       (note: full exception trace is shown but execution is
+    # paused at: _run_module_as_main)", NVIDIA/NeMo-Aligner#153)
+    r"\s*(?:\(note: [^)]*\))?\s*$"
 )
 # An exception *raised* on this line: Python's last traceback line ("torch.OutOfMemoryError:
 # CUDA out of memory ...", rank-prefixed or glued after a tqdm bar's "]") or C++'s
