@@ -4096,11 +4096,8 @@ class StreamClassifier:
             body = self._peel_logger_prefix(rank, body)
         header = body.find(_TRACEBACK)
         if header >= 0:  # before the echo test: rich draws it inside "╭── ... ──╮"
-            self._start_traceback(rank, body[:header], line_no)
-            if len(self._tb_stamped) >= _MAX_FRAME_KEYS:
-                self._tb_stamped.clear()
-            self._tb_stamped[rank] = stamped
-            self._stamped = False
+            self._start_traceback(rank, body[:header], line_no, stamped=stamped)
+            self._stamped = False  # the header vouches for its own time
             # Output glued onto one line (several ranks writing at once, a paste that lost its
             # line ends) can put a whole message before the next traceback's header: judge
             # that part; the header and what follows it start a new traceback.
@@ -4181,7 +4178,7 @@ class StreamClassifier:
             self._ignored_until = line_no + _IGNORED_WINDOW
             return None
         if (occupancy := _BFC_OCCUPANCY.search(body)) is not None:  # an allocator dump's end
-            return self._on_bfc_map(rank, body[occupancy.end() :], line, line_no, after_frame)
+            return self._on_bfc_map(rank, body[occupancy.end() :], line_no, after_frame)
         if _HOST_BFC_OOM.search(body) is not None:
             self._bfc_host.add(rank)  # the dump that follows is host memory's (and judged)
         if line_no == self._cuda_check_line + 1 and (m := _CUDA_CHECK_OOM.match(body)):
@@ -4281,7 +4278,7 @@ class StreamClassifier:
         return None
 
     def _on_bfc_map(
-        self, rank: int | None, rest: str, line: str, line_no: int, after_frame: bool
+        self, rank: int | None, rest: str, line_no: int, after_frame: bool
     ) -> Evidence | None:
         """A BFC allocator's occupancy map (``rest``: what follows it on the line), read by
         the OOM line that may follow it, unless its dump began with a host allocator's report."""
@@ -4294,11 +4291,11 @@ class StreamClassifier:
         # often the OOM itself, onto it ("..._____   2020-04-29 02:49:43.473975: W .../
         # op_kernel.cc:1273] OP_REQUIRES failed at batch_matmul_op_impl.h:582 : Resource
         # exhausted: OOM when allocating tensor ...", deepchem/deepchem#1449): that line is
-        # judged as the line it was
+        # read as the line it was, its own prefixes peeled, as other glued lines are
         rest = rest.lstrip(" \t*x_")
         if not rest:
             return None
-        return self._judge(rank, rest, line, line_no, after_frame=after_frame)
+        return self._classify_line(rest, line_no, after_frame=after_frame)
 
     def _end_traceback(
         self, rank: int | None, name: str, line_no: int, message: str = ""
@@ -4328,7 +4325,9 @@ class StreamClassifier:
             named = source_kind(self._frame_src.get(rank, ""), name)
         return FailureKind(named) if named is not None else FailureKind.USER_CODE_ERROR
 
-    def _start_traceback(self, rank: int | None, prefix: str, line_no: int) -> None:
+    def _start_traceback(
+        self, rank: int | None, prefix: str, line_no: int, *, stamped: bool = False
+    ) -> None:
         """A traceback header: forget the rank's previous traceback (reporting it if it was
         cut before its exception line) and remember the header's logger prefix.
 
@@ -4347,11 +4346,15 @@ class StreamClassifier:
                 self._pending.append(cut)
             self._new_key(rank)
         self._tb_line[rank] = line_no
-        self._note_logger_prefix(rank, prefix)
+        self._note_logger_prefix(rank, prefix, stamped)
 
-    def _note_logger_prefix(self, rank: int | None, prefix: str) -> None:
+    def _note_logger_prefix(self, rank: int | None, prefix: str, stamped: bool) -> None:
         """Remember a logger prefix before a traceback header (not prose glued before it, which
-        ends in a space-less word or a colon: "Scheduler hit an exception: Traceback ...")."""
+        ends in a space-less word or a colon: "Scheduler hit an exception: Traceback ..."), and
+        whether a time was peeled before it (_tb_stamped)."""
+        if len(self._tb_stamped) >= _MAX_FRAME_KEYS:
+            self._tb_stamped.clear()
+        self._tb_stamped[rank] = stamped
         if _LOGGER_PREFIX.fullmatch(prefix) is None:
             self._tb_prefix.pop(rank, None)
             return
