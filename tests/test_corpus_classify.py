@@ -44,10 +44,10 @@ def _score(group: str) -> Score:
 
 def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
-    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune91`` (each ``tuneN`` the held-out
+    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune92`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
-    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3`` and ``heldout93``."""
+    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``
+    and ``heldout3``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 4669
     assert len({c.label for c in failures}) == 12
@@ -651,6 +651,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # the accuracy target. A tuning set since round 107, whose rules took it to 80/80
     # (tests/test_classify_round107.py).
     "tune91": (1.0, 0),
+    # tune92 (48 logs, two helpers on the less-visited corners of round 103's sitting, not
+    # split, merged after round 105's rules froze at 81c8bb4 and scored once on them): 42/48 =
+    # 87.5% (unknown 8.3%), its record as a held-out set. A tuning set since round 108.
+    "tune92": (0.875, 4),
 }
 
 
@@ -690,26 +694,6 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
     return score([c for c in CASES if c.group in groups], with_probable=True)
 
 
-def test_heldout93_accuracy_floor() -> None:
-    """heldout93 (48 logs gathered by two more helpers in round 103's sitting, the users' and
-    other stacks' less-visited corners, one set, not split; scored once on the rules frozen at
-    81c8bb4): 42/48 = 87.5% (unknown 8.3%); its record as a held-out set, held as a floor."""
-    s = _score("heldout93")
-    assert s.accuracy >= 0.875 and s.predicted("unknown") <= 4
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 target not met: 87.5% (unknown 8.3%) on the fresh heldout93",
-)
-def test_the_fresh_heldout93_meets_the_accuracy_and_unknown_targets() -> None:
-    """The issue's accuracy targets on a fresh held-out set, scored once on frozen rules:
-    >= 95% right and ``unknown`` below 3% (every fresh set's record is in bench/RESULTS.md).
-    Which logs were missed is not read (a held-out set)."""
-    s = _score("heldout93")
-    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
-
-
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
     """What the user is told happened, reading an ``unknown`` verdict's probable kind
     (core/lexicon.py, built from the tuning splits only; never acted on), over the three
@@ -723,12 +707,6 @@ def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> Non
     once (bench/RESULTS.md)."""
     s = _with_probable(HELDOUT[:3])
     assert s.accuracy >= 0.972 and s.predicted("unknown") / s.n < 0.03
-
-
-def test_the_fresh_set_with_the_probable_kind_holds_its_once_score() -> None:
-    """heldout93 read with the probable kind: 44/48, nothing named 2; floors there."""
-    s = _with_probable(("heldout93",))
-    assert s.accuracy >= 0.916 and s.predicted("unknown") <= 2
 
 
 #: Sets on which the probable kind names an OOM for a user error (a strict xfail each). None
