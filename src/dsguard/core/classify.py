@@ -1749,6 +1749,19 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"EOFError: Ran out of input",  # torch.load / pickle on an empty file
             r"failed finding central directory",  # torch.load on a truncated zip
             r"No such file or directory: '[^']*(?:global_step|_states\.pt|checkpoint-\d)",
+            # (round 108, tune92) an optimizer stepping on a state dict restored from another
+            # optimizer or saved without its buffers: the KeyError of a buffer its step()
+            # reads (torch.optim's "exp_avg", "exp_avg_sq", "max_exp_avg_sq",
+            # "momentum_buffer", "square_avg", "acc_delta"; Ranger's "radam_buffer" and
+            # "slow_buffer", whose __setstate__ drops them: "KeyError: 'radam_buffer'" on
+            # Trainer.fit(ckpt_path=...), sktime/pytorch-forecasting#928). Not "step": a
+            # script's own config key is often named so
+            r"\bKeyError: '(?:exp_avg(?:_sq)?|max_exp_avg_sq|momentum_buffer|square_avg|acc_delta"
+            r"|radam_buffer|slow_buffer)'",
+            # (round 108, tune92) nnU-Net v1's check of -pretrained_weights against the plan's
+            # network ("RuntimeError: Pretrained weights are not compatible with the current
+            # network architecture", MIC-DKFZ/nnUNet#1891), and the same words elsewhere
+            r"\b[Ww]eights (?:are|is) not compatible with the (?:current )?(?:network|model)\b",
             # -- issue 12, round 6: other frameworks' restore failures. Lightning's checkpoint
             # connector ("Trying to restore optimizer state but checkpoint contains only the
             # model. This is probably due to `ModelCheckpoint.save_weights_only` ..."),
@@ -2051,6 +2064,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Gluon's metric.Loss instances as GluonCV's scripts name them ("CrossEntropy=nan,
             # SmoothL1=nan", dmlc/gluon-cv#142), and a perplexity, the exponential of a loss
             r"(?i:\b(?:cross_?entropy|smooth_?l1|perplexity)\w*['\"\]\s:=|]{1,40}nan\b)",
+            # (round 108, tune92) EDSR's loss log (src/loss/__init__.py display_loss: each term
+            # as "[{type}: {value:.4f}]", types L1, MSE, VGG22, VGG54, GAN, the sum as Total;
+            # copied by RCAN, SAN and other super-resolution forks): "[L1: nan]" every batch
+            # from the second epoch on, sanghyun-son/EDSR-PyTorch#21
+            r"\[(?:L1|MSE|VGG\d+|W?GAN\w*|Total): nan\]",
+            # (round 108, tune92) SciPy's L-BFGS-B result as TensorFlow's ScipyOptimizerInterface
+            # (external_optimizer.py) logs it and DeepXDE's TF1 backend runs it: "Optimization
+            # terminated with:" ... "  Objective function value: nan" (lululxvi/deepxde#338)
+            r"^\s*Objective function value: -?nan\b",
             # (round 93, tune84) XGBoost's evaluation log with a loss-like metric gone NaN
             # ("[10]\teval-mae:nan\ttrain-mae:nan" after inf, the GPU updater of 0.6 diverging;
             # dmlc/xgboost#2048). Not a ranking metric: "eval-auc:nan" is a validation set
@@ -3594,6 +3616,20 @@ _RETICULATE_NEXT = re.compile(rf"\s+{_EXC_CLASS}:\s")
 # bare, is a device allocation that failed. Other error strings there have rules of their own.
 _CUDA_CHECK_HEAD = re.compile(r"\bCUDA failure in \S.*\)\s*$")
 _CUDA_CHECK_OOM = re.compile(r"\s*out of memory\s*$")
+# (round 108, tune92) A message a terminal or a paste hard-wrapped where a rule needs it whole:
+# XLA's BFC allocator line cut inside "allocate" ("Allocator (GPU_0_bfc) ran out of memory
+# trying to alloca" then "te 18.44GiB (rounded to 19805393664)requested by op",
+# mlcommons/algorithmic-efficiency#137: the retry that goes on says "with freed_by_count=0"
+# instead, so the line cut short is neither until its rest is read), and an OSError's file name
+# on the line after its strerror ("error: FileNotFoundError: [Errno 2] No such file or
+# directory:" then "'/home/.../checkpoint-250/pytorch_model.bin'.", huggingface/diffusers#3346:
+# the path is what tells a checkpoint from a dataset). The line after such a head, when it has
+# no trigger of its own, is read joined onto it (``_read_wrapped``), cut inside a word first,
+# then at a space.
+_WRAPPED_HEAD = re.compile(
+    r"Allocator \(GPU_\d+_bfc\) ran out of memory trying to(?: \S*)?\s*$"
+    r"|\[Errno \d+\] [A-Z][a-z ]+:\s*$"
+)
 # (round 55) Ray's log deduplication (RAY_DEDUP_LOGS, on by default) prints a line that many
 # workers printed once, with " [repeated 43x across cluster]" after it, and the first time
 # "(Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 ...)" after that: not the
@@ -3786,6 +3822,7 @@ class StreamClassifier:
         self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
         self._reticulate_line = -1  # line_no of R's "Error in py_call_impl(...) :" alone
         self._cuda_check_line = -1  # line_no of a CUDA_CHECK's "CUDA failure in <call>" alone
+        self._wrapped: tuple[str, int] | None = None  # a _WRAPPED_HEAD line a chunk's end cut off
         # Per rank: the first frame of the current traceback that names its kind on its own
         # (frames.closed_frame_kind), reported only if the traceback never reaches its
         # exception line (an excerpt cut mid-traceback); _pending holds those to report.
@@ -3868,6 +3905,7 @@ class StreamClassifier:
                 self._keep(ev)
                 found.append(ev)
         self._after_frame = (0, 0)
+        self._wrapped = None
         self._pending += self._cut_hint.values()
         self._cut_hint.clear()
         return found + self._flush_pending()
@@ -3935,6 +3973,11 @@ class StreamClassifier:
         if ev is not None:
             found.append(ev)
             self._keep(ev)
+        if self._wrapped is not None:  # a wrapped head ended the last chunk: its rest is here
+            head, self._wrapped = self._wrapped, None
+            if (ev := self._read_wrapped(buf, 0, end, head)) is not None:
+                found.append(ev)
+                self._keep(ev)
         counted_to = 0  # line_no bookkeeping: terminators already counted in buf[:counted_to]
         line_no = self._lines + 1
         hit = _TRIGGER_RX.search(buf, 0, end)
@@ -3950,6 +3993,11 @@ class StreamClassifier:
                 found.append(ev)
                 self._keep(ev)
             nxt = line_end + (2 if buf.startswith("\r\n", line_end) else 1)
+            if _WRAPPED_HEAD.search(buf, start, line_end) is not None:
+                ev = self._read_wrapped(buf, nxt, end, (buf[start:line_end], line_no))
+                if ev is not None:
+                    found.append(ev)
+                    self._keep(ev)
             if self._tf_oom is not None:
                 pending, self._tf_oom = self._tf_oom, None
                 ev = self._tf_oom_device(buf, nxt, end, pending)
@@ -4020,6 +4068,28 @@ class StreamClassifier:
         return _make_evidence(
             FailureKind.CUDA_OOM, rank, body=body, line=line, line_no=line_no, match_end=len(line)
         )
+
+    def _read_wrapped(self, buf: str, pos: int, end: int, head: tuple[str, int]) -> Evidence | None:
+        """The evidence of a _WRAPPED_HEAD line read with the line after it (which starts at
+        ``pos``) joined on: cut inside a word, then at a space. A chunk that ends first leaves
+        the head for the next one, so the evidence is the same whatever the chunking. A next
+        line with a trigger is not joined: the search reads it as it stands."""
+        if pos >= end:
+            self._wrapped = head
+            return None
+        eol = _EOL.search(buf, pos, end)
+        rest = buf[pos : eol.start() if eol is not None else end]
+        if _TRIGGER_RX.search(rest) is not None:
+            return None
+        rest = _split_prefix(rest)[1].strip()  # a collector's time or a rank's tag on it too
+        if not rest:
+            return None
+        line, line_no = head
+        for joint in ("", " "):
+            ev = self._classify_line(line.rstrip() + joint + rest, line_no + 1)
+            if ev is not None:
+                return ev
+        return None
 
     def _read_on_after_frame(self, buf: str, pos: int, end: int, line_no: int) -> Evidence | None:
         """Go on reading a frame header's next lines (``_exception_after_frame``) if they
