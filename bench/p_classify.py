@@ -13,6 +13,9 @@ Three sets, scored separately:
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
   ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record);
+  ``heldout94``, ``heldout95`` and ``heldout96`` (142 logs gathered by six helpers while round
+  108's rules were written, each set from one pair, not split, merged after those rules froze
+  and scored once on them: the fresh sets);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -310,7 +313,7 @@ TUNING_SETS = (
     "tune91",
     "tune92",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout94", "heldout95", "heldout96")
 
 
 def run(quick: bool = False) -> dict[str, Any]:

@@ -46,10 +46,10 @@ def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
     tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune92`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
-    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``
-    and ``heldout3``."""
+    rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
+    ``heldout3``, ``heldout94``, ``heldout95`` and ``heldout96``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 4669
+    assert len(failures) >= 4811
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -693,6 +693,54 @@ def test_heldout_meets_the_issue_targets() -> None:
 
 def _with_probable(groups: tuple[str, ...]) -> Score:
     return score([c for c in CASES if c.group in groups], with_probable=True)
+
+
+#: The fresh sets of round 109 (gathered by six helpers while round 108's rules were written,
+#: each from one pair, not split, scored once on the rules frozen at 48b2005): their records as
+#: held-out sets, held as floors (accuracy, most ``unknown``), and with the probable kind read
+#: for an ``unknown`` verdict (accuracy, most with no kind named).
+_FRESH_RECORDS: dict[str, tuple[float, int, float, int]] = {
+    "heldout94": (0.809, 7, 0.888, 0),  # 51/63 (unknown 11.1%); probable 56/63
+    "heldout95": (0.972, 1, 0.972, 1),  # 36/37 (unknown 2.7%); probable 36/37
+    "heldout96": (0.928, 3, 0.952, 1),  # 39/42 (unknown 7.1%); probable 40/42
+}
+
+
+@pytest.mark.parametrize("group", list(_FRESH_RECORDS))
+def test_fresh_set_accuracy_floor(group: str) -> None:
+    """Each fresh set's once-score, held as a floor: no later rule may lose what it read."""
+    floor, most_unknown, _, _ = _FRESH_RECORDS[group]
+    s = _score(group)
+    assert s.accuracy >= floor and s.predicted("unknown") <= most_unknown
+
+
+@pytest.mark.parametrize("group", list(_FRESH_RECORDS))
+def test_fresh_set_with_the_probable_kind_holds_its_once_score(group: str) -> None:
+    """Each fresh set read with the probable kind, at its once-score or better."""
+    _, _, floor, most_unnamed = _FRESH_RECORDS[group]
+    s = _with_probable((group,))
+    assert s.accuracy >= floor and s.predicted("unknown") <= most_unnamed
+
+
+def test_the_fresh_heldout95_meets_the_accuracy_and_unknown_targets() -> None:
+    """The issue's accuracy targets on a fresh held-out set, scored once on frozen rules:
+    >= 95% right and ``unknown`` below 3%. heldout95 met both on its once-score (36/37,
+    unknown 1 of 37), the first fresh set to: 37 logs, so its two-sided 95% interval runs from
+    about 86% to 100%. Which log was missed is not read (a held-out set)."""
+    s = _score("heldout95")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 target not met: 81.0% (unknown 11.1%) on the fresh heldout94 and 92.9% "
+    "(unknown 7.1%) on the fresh heldout96",
+)
+@pytest.mark.parametrize("group", ["heldout94", "heldout96"])
+def test_the_other_fresh_sets_meet_the_accuracy_and_unknown_targets(group: str) -> None:
+    """The same targets on round 109's other two fresh sets, which miss them."""
+    s = _score(group)
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
 def test_heldout_sets_with_the_probable_kind_name_a_kind_for_97_percent() -> None:
