@@ -8,14 +8,14 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` to ``tune92``: each ``tuneN`` was the fresh held-out set
+  README); ``tune3`` to ``tune93``: each ``tuneN`` was the fresh held-out set
   ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
   ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record);
-  ``heldout94``, ``heldout95`` and ``heldout96`` (142 logs gathered by six helpers while round
-  108's rules were written, each set from one pair, not split, merged after those rules froze
-  and scored once on them: the fresh sets);
+  ``heldout95`` and ``heldout96`` (79 logs gathered by four of round 109's six helpers while
+  round 108's rules were written, each set from one pair, not split, merged after those rules
+  froze and scored once on them; their sibling ``heldout94`` is ``tune93``);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -312,8 +312,9 @@ TUNING_SETS = (
     "tune90",
     "tune91",
     "tune92",
+    "tune93",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout94", "heldout95", "heldout96")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout95", "heldout96")
 
 
 def run(quick: bool = False) -> dict[str, Any]:

@@ -44,10 +44,10 @@ def _score(group: str) -> Score:
 
 def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
-    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune92`` (each ``tuneN`` the held-out
+    tuning splits ``tune``, ``tune2`` and ``tune3`` to ``tune93`` (each ``tuneN`` the held-out
     ``heldout(N+1)`` until it was scored once and became a tuning set: ``tune3``-``tune5`` in
     rounds 5-7, ``tuneN`` for N >= 6 in round N+3), the held-out ``heldout``, ``heldout2``,
-    ``heldout3``, ``heldout94``, ``heldout95`` and ``heldout96``."""
+    ``heldout3``, ``heldout95`` and ``heldout96``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 4811
     assert len({c.label for c in failures}) == 12
@@ -656,6 +656,10 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # 87.5% (unknown 8.3%), its record as a held-out set. A tuning set since round 108, whose
     # rules took it to 48/48 (tests/test_classify_round108.py).
     "tune92": (1.0, 0),
+    # tune93 (63 logs, two of round 109's six helpers, not split, merged after round 108's
+    # rules froze at 48b2005 and scored once on them): 51/63 = 81.0% (unknown 11.1%), its
+    # record as a held-out set. A tuning set since round 110.
+    "tune93": (0.809, 7),
 }
 
 
@@ -700,7 +704,6 @@ def _with_probable(groups: tuple[str, ...]) -> Score:
 #: held-out sets, held as floors (accuracy, most ``unknown``), and with the probable kind read
 #: for an ``unknown`` verdict (accuracy, most with no kind named).
 _FRESH_RECORDS: dict[str, tuple[float, int, float, int]] = {
-    "heldout94": (0.809, 7, 0.888, 0),  # 51/63 (unknown 11.1%); probable 56/63
     "heldout95": (0.972, 1, 0.972, 1),  # 36/37 (unknown 2.7%); probable 36/37
     "heldout96": (0.928, 3, 0.952, 1),  # 39/42 (unknown 7.1%); probable 40/42
 }
@@ -733,13 +736,12 @@ def test_the_fresh_heldout95_meets_the_accuracy_and_unknown_targets() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12 target not met: 81.0% (unknown 11.1%) on the fresh heldout94 and 92.9% "
-    "(unknown 7.1%) on the fresh heldout96",
+    reason="issue 12 target not met: 92.9% (unknown 7.1%) on the fresh heldout96",
 )
-@pytest.mark.parametrize("group", ["heldout94", "heldout96"])
-def test_the_other_fresh_sets_meet_the_accuracy_and_unknown_targets(group: str) -> None:
-    """The same targets on round 109's other two fresh sets, which miss them."""
-    s = _score(group)
+def test_the_fresh_heldout96_meets_the_accuracy_and_unknown_targets() -> None:
+    """The same targets on heldout96, round 109's other fresh set still held out, which misses
+    them (its sibling heldout94, 81.0%, is tune93)."""
+    s = _score("heldout96")
     assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
