@@ -436,6 +436,7 @@ _TRIGGERS: tuple[str, ...] = (
     "ermission denied (publickey",  # ssh's authentication failure
     # -- issue 12, round 10 (tune7)
     "educing to 1",  # DeepSpeed's scaler reaching its floor: "... loss scale: 2, reducing to 1"
+    "educing to 0",  # ... and one whose floor is 0: "Attempted loss scale: 1, reducing to 0"
     "code -9",  # a wrapper's "exit code -9", DIGITS' "error code -9" (a SIGKILLed child)
     "code: -9",
     "code=-9",
@@ -1120,6 +1121,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # alibaba/EasyRec#60)
             r"\bkilled by \"?OOM Killer\"?",
             r"Fail to alloc memory of \d+ size, error code is 12",  # Paddle, CPU side
+            # (round 110, tune93) ... and its Windows branch (system_allocator.cc AlignedMalloc:
+            # _aligned_malloc returned null, "ResourceExhaustedError: Fail to alloc memory of
+            # 524288000 size." then "[Hint: p should not be null.]"; thomas-yanxin/Garbage-test#4);
+            # the GPU allocator words its failure "Out of memory error on GPU"
+            r"Fail to alloc memory of \d+ size\.(?:\s|$)",
             # strerror(ENOMEM), with or without "[Errno 12]". (Round 33, tune30: not libfabric's
             # provider set-up under oneCCL, "|CCL_ERROR| atl_ofi_helper.cpp:1204 ...
             # fi_scalable_ep(...) fails with ret: -12, strerror: Cannot allocate memory": an
@@ -1772,6 +1778,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # truncated Keras weights file ("Unable to open file (truncated file: eof = ...")
             r"Trying to restore \w+ state but checkpoint contains only the model",
             r"Unsuccessful TensorSliceReader constructor",
+            # (round 110, tune93) TensorFlow's init_from_checkpoint (checkpoint_utils.py: "Shape
+            # of variable %s (%s) doesn't match with shape of tensor %s (%s) from checkpoint
+            # reader.", "Tensor %s is not found in %s checkpoint %s"), how Estimator warm starts
+            # and mesh-TF's T5 restore a pretrained model into a model of another size
+            # (google-research/text-to-text-transfer-transformer#899, DeepRec-AI/DeepRec#955),
+            # and T5X's restore of the same mismatch (checkpoints.py _read_ts: "Shape of `...`
+            # in checkpoint (2048,) does not match expected (768,).", google-research/t5x#1067)
+            r"doesn't match with shape of tensor \S+ \([^)]*\) from checkpoint reader",
+            r"\bTensor [\w/.:-]+ is not found in (?:\S*checkpoint\b|\S+ checkpoint\b)",
+            r"\bShape of `[^`]+` in checkpoint \([\d, ]*\) does not match expected",
             r"\bKey \S+ not found in checkpoint\b",
             # (round 15) TF 1.x Saver.restore's wrapper of that NotFoundError ("Restoring from
             # checkpoint failed. This is most likely due to a Variable name or other graph key
@@ -2159,6 +2175,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 0.0, reducing
             # to 0.0" on every step) has no gradient left at all
             r"Attempted loss scale: (?:0(?:\.0+)?|1\.0+|\d(?:\.\d+)?e-\d+), reducing to",
+            # (round 110, tune93) ... and a scale reduced to 0 (min_loss_scale 0: "[deepspeed]
+            # OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 0", then
+            # "Attempted loss scale: 0, reduc" cut by the paste; ymcui/Chinese-LLaMA-Alpaca#319)
+            r"Attempted loss scale: \S+, reducing to 0(?:\.0+)?(?![.\d])",
+            r"Attempted loss scale: 0(?:\.0+)?, reduc",
             r"reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+)",
             r"setting loss scale to: (?:0\.000\d*|\d(?:\.\d+)?e-\d+)",
             # (round 6) Lightning's EarlyStopping when the monitored loss is no longer finite
@@ -2292,7 +2313,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # ("Error: /paddle/paddle/phi/kernels/gpu/cross_entropy_kernel.cu:1008 Assertion
             # `false` failed. The value of label expected >= 0 and < 7, or == -100, but got
             # 10.", PaddlePaddle/PaddleOCR#8932): a device-side assert
-            r"Error: \S+\.cu:\d+ Assertion `[^`]*` failed\.",
+            r"Error: \S+\.cu(?:\.h|h)?:\d+ Assertion `[^`]*` failed\.",
+            # (round 110, tune93: also from a kernel header, "Error:
+            # ../paddle/phi/kernels/funcs/scatter.cu.h:66 Assertion `scatter_i >= 0` failed.",
+            # PaddlePaddle/PaddleX#1614)
             # (round 36, tune33) Paddle 2.0's enforce on a CUDA runtime error ("ExternalError:
             # Cuda error(719), unspecified launch failure.", PaddlePaddle/PaddleClas#397); its
             # error 2 is memory
@@ -2944,6 +2968,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # iteration before starting a new one."): the model's or the script's DDP settings
             # (find_unused_parameters, static_graph, use_reentrant), the same on every retry
             r"\bExpected to mark a variable ready only once\.",
+            # (round 110, tune93) ... the same message's explanation, pasted without its head
+            # ("This error is caused by one of the following reasons: 1) Use of a module
+            # parameter outside the `forward` function. ...", pengxiao-song/LaWGPT#148)
+            r"\bThis error is caused by one of the following reasons: 1\) Use of a module"
+            r" parameter outside the `forward` function",
             r"\bExpected to have finished reduction in the prior iteration before starting",
             # (round 76, tune73) Cython's argument check, a TypeError however it reaches the
             # log ("Argument 'x' has incorrect type (expected cupy.core.core.ndarray, got
@@ -3189,6 +3218,12 @@ _EXC_NOT_USER_CODE = frozenset(
         "ProcessRaisedException", "ResourceExhaustedError",
     }
 )  # fmt: skip
+# (round 110, tune93) An exception whose message says another rank's failure caused it
+# (Horovod's "AbortedError (see above for traceback): Horovod has been shut down. This was
+# caused by an exception on one of the ranks or an attempt to allreduce ... after one of the
+# ranks finished execution.", horovod/horovod#552): that rank's output says why, as a
+# launcher's ChildFailedError's child's does.
+_PEER_FAILED = re.compile(r"^Horovod has been shut down\. This was caused by an exception on one")
 # An exception line whose class name has no trigger in it, read only right after a frame
 # (``_exception_after_frame``): a dotted name alone or with a message ("zipfile.BadZipFile:
 # File is not a zip file"), or a plain one with a message ("SystemExit: 1"); not a lone
@@ -3369,6 +3404,24 @@ _WEAK_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"^Bus error(?: \(core dumped\))?\s*$|\s\d+ Bus error(?: \(core dumped\))?\s"
             r"|\bSignal 7 \(SIGBUS\) received by PID \d+"
         ),
+    ),
+    # (round 110, tune93) SwissArmyTransformer's step guard (training/deepspeed_training.py:
+    # "Skipping backward and optimizer step for nan or inf in forwarding metrics/loss!", fp16
+    # overflowing on every step of a multi-node run; THUDM/SwissArmyTransformer#161): a step
+    # skipped, which a run may get past, so it explains only a death nothing else explains
+    (
+        FailureKind.LOSS_DIVERGENCE,
+        re.compile(r"Skipping backward and optimizer step for nan or inf in forwarding"),
+    ),
+    # (round 110, tune93) TensorFlow's stream executor failing a device allocation
+    # (cuda_driver.cc: "failed to allocate 512.00M (536870912 bytes) from device:
+    # CUDA_ERROR_OUT_OF_MEMORY: out of memory"). At start-up it is the allocator's retry with
+    # less, which usually goes on (so not a rule of _RULES); a death that nothing else explains
+    # after it is that device's memory (a Horovod rank, then "Horovod has been shut down" on
+    # the others; horovod/horovod#552). Never over a SIGKILL (_present_kinds)
+    (
+        FailureKind.CUDA_OOM,
+        re.compile(r"\bfailed to allocate \S+ \(\d+ bytes\) from device: CUDA_ERROR_OUT_OF_MEMORY"),
     ),
 )
 # (issue 12, round 6) What users write when they paste no log line for a host memory death:
@@ -3681,6 +3734,10 @@ _COLLECTOR_PREFIX = re.compile(
     # journald's host and identifier: a process's with its pid, or the kernel's (its OOM
     # killer's lines); never a bare "word: ", which is a message's own start
     r"(?: [\w.-]+ (?:[\w.@/:-]*?[\w)]\[\d+\]|kernel): | )"
+    # (round 110, tune93) a job platform's time in CJK lenticular brackets, the message right
+    # after it ("【2023-07-09 22:14:41】RuntimeError: element 0 of tensors does not require
+    # grad ...", deepspeedai/DeepSpeedExamples#625)
+    r"|【\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?】 ?"
 )
 
 
@@ -4382,7 +4439,7 @@ class StreamClassifier:
             # extension builder (a CalledProcessError of ninja included) is a build failure.
             self._build_frames = not closed
             return FailureKind.DS_BUILD_ERROR
-        if name in _EXC_NOT_USER_CODE:
+        if name in _EXC_NOT_USER_CODE or _PEER_FAILED.search(message) is not None:
             return None
         # A generic exception raised inside a framework's config, checkpoint-loading or c10d
         # code is that kind of failure; raised anywhere else it is the script's own.
@@ -4604,6 +4661,8 @@ def _present_kinds(
         }
         if FailureKind.USER_CODE_ERROR in strong:
             weak -= _NOT_OVER_USER_CODE
+        if exit.killed or any(ev.sigkill for ev in _flat(by_kind)):
+            weak.discard(FailureKind.CUDA_OOM)  # a SIGKILL is the host's or an outside stop
         strong |= weak
     sigkill = exit.killed or any(ev.sigkill for evs in by_kind.values() for ev in evs)
     external = FailureKind.KILLED_EXTERNALLY in strong  # named in the output
