@@ -15,7 +15,8 @@ Three sets, scored separately:
   ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record);
   ``heldout95`` and ``heldout96`` (79 logs gathered by four of round 109's six helpers while
   round 108's rules were written, each set from one pair, not split, merged after those rules
-  froze and scored once on them; their sibling ``heldout94`` is ``tune93``);
+  froze and scored once on them; their sibling ``heldout94`` is ``tune93``); ``heldout97``
+  (10 logs, two helpers with the sitting's last look-ups, scored once on round 110's rules);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -314,7 +315,7 @@ TUNING_SETS = (
     "tune92",
     "tune93",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout95", "heldout96")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout95", "heldout96", "heldout97")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
