@@ -8,14 +8,14 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` to ``tune93``: each ``tuneN`` was the fresh held-out set
+  README); ``tune3`` to ``tune93`` and ``tune95``: each ``tuneN`` was the fresh held-out set
   ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
   from ``heldout12`` on, gathered while the previous round's rules were written and merged
   after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
-  ``tuneN`` for N >= 6 in round N+3; the corpus README has each set's record);
-  ``heldout95`` and ``heldout96`` (79 logs gathered by four of round 109's six helpers while
-  round 108's rules were written, each set from one pair, not split, merged after those rules
-  froze and scored once on them; their sibling ``heldout94`` is ``tune93``); ``heldout97``
+  ``tuneN`` for N >= 6 in a later round; the corpus README has each set's record);
+  ``heldout95`` (37 logs gathered by two of round 109's six helpers while round 108's rules
+  were written, one set, not split, merged after those rules froze and scored once on them; its
+  siblings ``heldout94`` and ``heldout96`` are ``tune93`` and ``tune95``); ``heldout97``
   (10 logs, two helpers with the sitting's last look-ups, scored once on round 110's rules);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
@@ -314,8 +314,9 @@ TUNING_SETS = (
     "tune91",
     "tune92",
     "tune93",
+    "tune95",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout95", "heldout96", "heldout97")
+HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout95", "heldout97")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
