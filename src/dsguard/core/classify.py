@@ -387,6 +387,7 @@ _TRIGGERS: tuple[str, ...] = (
     "aborted by the user",
     "ot 'nan'",  # "grad_norm got 'nan'"
     "of RAM",  # prose: "ran out of RAM" (see _PROSE_RULES)
+    "available RAM",  # Colab: "Your session crashed after using all available RAM."
     "of system memory",
     "of host memory",
     "of CPU memory",
@@ -805,6 +806,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # private pool")
             r"Tried to allocate [\d.]+ [KMGT]?i?B(?: \(GPU \d+; [\d.]+ [KMGT]i?B total capacity"
             r"|\. GPU \d+ has a total capacity of )",
+            # (round 112, tune95) ... and the whole message lower-cased by the reporter's paste
+            # ("cuda out of memory. tried to allocate 78.88 mib (gpu 0; 3.95 gib total capacity;
+            # ...", in Markdown bold; mozilla/TTS#149): the device and its capacity are the
+            # allocator's own words, which no tip or prose reproduces
+            r"(?i:cuda out of memory\. tried to allocate [\d.]+ [kmgt]?i?b \(gpu \d+; [\d.]+ "
+            r"[kmgt]i?b total capacity)",
             r"Out of memory error on GPU \d+",  # Paddle's ResourceExhaustedError
             # fairseq trainer.py: a caught OOM it could not get past if the run then died
             r"attempting to recover from OOM",
@@ -918,6 +925,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # file=/pytorch/aten/src/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
             # error 2 is cudaErrorMemoryAllocation)
             r"THCudaCheck FAIL file=\S+ line=\d+ error=2 : out of memory",
+            # (round 112, tune95) ... wrapped after its file by the paste ("THCudaCheck FAIL
+            # file=/pytorch/aten/src/THC/generic/THCStorage.cu" then "line=58 error=2 : out of
+            # memory", NVIDIA/tacotron2#39): no other message starts a line with its rest
+            r"^line=\d+ error=2 : out of memory\b",
             # -- round 11: mshadow's and dmlc's CUDA_CALL (MXNet, ps-lite): "CHECK_EQ(e,
             # cudaSuccess) << "CUDA: " << cudaGetErrorString(e)", printed as "Check failed: e
             # == cudaSuccess CUDA: out of memory" in a dmlc::Error's what()
@@ -1126,6 +1137,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # 524288000 size." then "[Hint: p should not be null.]"; thomas-yanxin/Garbage-test#4);
             # the GPU allocator words its failure "Out of memory error on GPU"
             r"Fail to alloc memory of \d+ size\.(?:\s|$)",
+            # (round 112, tune95) Google Colab's notice when its VM's memory ran out and the
+            # runtime was restarted ("Your session crashed after using all available RAM. If
+            # you are interested in access to high-RAM runtimes, ...", PV-Lab/FTCP#8)
+            r"Your session crashed after using all available RAM\b",
             # strerror(ENOMEM), with or without "[Errno 12]". (Round 33, tune30: not libfabric's
             # provider set-up under oneCCL, "|CCL_ERROR| atl_ofi_helper.cpp:1204 ...
             # fi_scalable_ep(...) fails with ret: -12, strerror: Cannot allocate memory": an
