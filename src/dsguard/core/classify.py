@@ -2327,11 +2327,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 34, tune31) Paddle's kernel-side PADDLE_ENFORCE, printed from the device
             # ("Error: /paddle/paddle/phi/kernels/gpu/cross_entropy_kernel.cu:1008 Assertion
             # `false` failed. The value of label expected >= 0 and < 7, or == -100, but got
-            # 10.", PaddlePaddle/PaddleOCR#8932): a device-side assert
+            # 10.", PaddlePaddle/PaddleOCR#8932): a device-side assert (round 110, tune93: also
+            # from a kernel header, "Error: ../paddle/phi/kernels/funcs/scatter.cu.h:66
+            # Assertion `scatter_i >= 0` failed.", PaddlePaddle/PaddleX#1614)
             r"Error: \S+\.cu(?:\.h|h)?:\d+ Assertion `[^`]*` failed\.",
-            # (round 110, tune93: also from a kernel header, "Error:
-            # ../paddle/phi/kernels/funcs/scatter.cu.h:66 Assertion `scatter_i >= 0` failed.",
-            # PaddlePaddle/PaddleX#1614)
             # (round 36, tune33) Paddle 2.0's enforce on a CUDA runtime error ("ExternalError:
             # Cuda error(719), unspecified launch failure.", PaddlePaddle/PaddleClas#397); its
             # error 2 is memory
@@ -4659,6 +4658,7 @@ def _present_kinds(
         # (round 41) NCCL's "invalid usage" after it found two ranks on one GPU, a rendezvous
         # error after the port was found held: the launch's fault, not the network's
         strong.discard(FailureKind.NCCL_ERROR)
+    sigkill = exit.killed or any(ev.sigkill for ev in _flat(by_kind))
     if not hang and not strong - {FailureKind.USER_CODE_ERROR, FailureKind.KILLED_EXTERNALLY}:
         # Noise explains the death only when nothing specific does, and never a stall the
         # supervisor ended (its own stop kills the workers, a healthy fp16 run logs its
@@ -4676,10 +4676,9 @@ def _present_kinds(
         }
         if FailureKind.USER_CODE_ERROR in strong:
             weak -= _NOT_OVER_USER_CODE
-        if exit.killed or any(ev.sigkill for ev in _flat(by_kind)):
+        if sigkill:
             weak.discard(FailureKind.CUDA_OOM)  # a SIGKILL is the host's or an outside stop
         strong |= weak
-    sigkill = exit.killed or any(ev.sigkill for evs in by_kind.values() for ev in evs)
     external = FailureKind.KILLED_EXTERNALLY in strong  # named in the output
     if host_oom_confirmed and (sigkill or external):
         # The cgroup counter also counts OOM kills of *other* processes in the same cgroup
