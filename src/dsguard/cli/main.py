@@ -377,7 +377,7 @@ def _plan_fit(job: Job, *, as_json: bool) -> int:
 
 
 def cmd_explain(ns: argparse.Namespace) -> int:
-    from dsguard.core.classify import classify_text, decode_exit
+    from dsguard.core.classify import decode_exit, read_saved_text
     from dsguard.core.ladder import is_recoverable
 
     try:
@@ -385,7 +385,7 @@ def cmd_explain(ns: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"dsguard explain: {ns.file}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
-    failure = classify_text(text, ns.exit_code)
+    failure, unwrapped_at = read_saved_text(text, ns.exit_code)
     if failure is None:
         result: dict[str, Any] = {
             "kind": None, "recoverable": None, "rank": None, "evidence": [],
@@ -408,6 +408,8 @@ def cmd_explain(ns: argparse.Namespace) -> int:
             "hint": failure.hint,
             "probable_kind": None if failure.probable is None else failure.probable.value,
             "probable_words": list(failure.probable_words),
+            # a paste hard-wrapped by its terminal, read with its cut lines joined
+            "unwrapped_at_columns": unwrapped_at,
         }
     if ns.json:
         print(json.dumps(result))
@@ -426,6 +428,8 @@ def cmd_explain(ns: argparse.Namespace) -> int:
         print(f"killed rank's exit status (from the launcher's report): {result['rank_exit']}")
     if result["hint"]:
         print(f"hint: {result['hint']}")
+    if unwrapped_at is not None:
+        print(f"read with the lines a terminal cut at {unwrapped_at} columns joined")
     if result["probable_kind"] is not None:
         words = ", ".join(result["probable_words"])
         print(f"probable kind: {result['probable_kind']} (the words that weighed most: {words})")

@@ -67,8 +67,11 @@ __all__ = [
     "classify_text",
     "decode_exit",
     "diverged_lines",
+    "hard_wrap_width",
     "nonfinite_text",
     "rank_exit_from_text",
+    "read_saved_text",
+    "unwrap_lines",
 ]
 
 
@@ -4833,12 +4836,41 @@ def classify_saved(
 def classify_text(
     text: str, exit_code: int | None, *, host_oom_confirmed: bool | None = None
 ) -> Failure | None:
-    """Convenience for ``dsguard explain`` and tests.
+    """Convenience for tests: the verdict on a saved log read as it stands (``dsguard
+    explain`` reads a paste with ``read_saved_text``, which also undoes a terminal's wrap)."""
+    return _read_whole(text, exit_code, host_oom_confirmed)
+
+
+def read_saved_text(
+    text: str, exit_code: int | None, *, host_oom_confirmed: bool | None = None
+) -> tuple[Failure | None, int | None]:
+    """The verdict on a saved or pasted log (``dsguard explain``), and the terminal width it
+    was read unwrapped at (None: read as it stands).
 
     Runs a StreamClassifier over the whole text, then ``classify_saved`` with the decoded exit
     code. A saved log carries no live evidence, so a SIGKILL is a *probable* host OOM by
-    default.
+    default. A log copied from a terminal or a console that hard-wraps at its width (Windows'
+    80 columns) has its messages cut across lines where no rule reads them whole: when the text
+    looks so (``hard_wrap_width``) and the first reading names no kind, or only the script's
+    own error, it is read again with each line of exactly that width joined to the next, and
+    that reading is taken if it names another kind. Its evidence counts the joined lines. (A
+    child's pipe is never wrapped: the live path never does this.)
     """
+    first = _read_whole(text, exit_code, host_oom_confirmed)
+    if first is None or first.kind not in (FailureKind.UNKNOWN, FailureKind.USER_CODE_ERROR):
+        return first, None
+    width = hard_wrap_width(text)
+    if width is None:
+        return first, None
+    second = _read_whole(unwrap_lines(text, width), exit_code, host_oom_confirmed)
+    if second is None or second.kind in (FailureKind.UNKNOWN, first.kind):
+        return first, None
+    return second, width
+
+
+def _read_whole(
+    text: str, exit_code: int | None, host_oom_confirmed: bool | None
+) -> Failure | None:
     sc = StreamClassifier()
     sc.feed(text)
     sc.close()
@@ -4846,3 +4878,33 @@ def classify_text(
         sc.evidence, decode_exit(exit_code), host_oom_confirmed=host_oom_confirmed,
         tail=sc.tail,
     )  # fmt: skip
+
+
+#: The narrowest terminal width read as a hard wrap: narrower lines are a log's own layout.
+_MIN_WRAP_WIDTH = 60
+
+
+def hard_wrap_width(text: str) -> int | None:
+    """The width a pasted log looks hard-wrapped at, or None: its longest line's length when at
+    least two lines have exactly it (a terminal that wraps cuts every longer line there, and a
+    wrapped message leaves a full line before its rest) and it is at least _MIN_WRAP_WIDTH."""
+    lengths = [len(line) for line in text.splitlines()]
+    widest = max(lengths, default=0)
+    if widest < _MIN_WRAP_WIDTH or lengths.count(widest) < 2:
+        return None
+    return widest
+
+
+def unwrap_lines(text: str, width: int) -> str:
+    """``text`` with each line of exactly ``width`` characters joined to the line after it
+    (what a terminal that hard-wraps at ``width`` cut), line ends kept as ``\\n``."""
+    out: list[str] = []
+    joined = ""
+    for line in text.splitlines():
+        joined += line
+        if len(line) != width:
+            out.append(joined)
+            joined = ""
+    if joined:
+        out.append(joined)
+    return "\n".join(out) + ("\n" if text.endswith(("\n", "\r")) else "")
