@@ -4853,8 +4853,8 @@ def read_saved_text(
     80 columns) has its messages cut across lines where no rule reads them whole: when the text
     looks so (``hard_wrap_width``) and the first reading names no kind, or only the script's
     own error, it is read again with each line of exactly that width joined to the next, and
-    that reading is taken if it names another kind. Its evidence counts the joined lines. (A
-    child's pipe is never wrapped: the live path never does this.)
+    that reading is taken if it names another kind. Its evidence counts the joined lines. (The
+    live path does not do this: a child's pipe is never wrapped.)
     """
     first = _read_whole(text, exit_code, host_oom_confirmed)
     if first is None or first.kind not in (FailureKind.UNKNOWN, FailureKind.USER_CODE_ERROR):
@@ -4897,7 +4897,7 @@ def hard_wrap_width(text: str) -> int | None:
 
 def unwrap_lines(text: str, width: int) -> str:
     """``text`` with each line of exactly ``width`` characters joined to the line after it
-    (what a terminal that hard-wraps at ``width`` cut), line ends kept as ``\\n``."""
+    (what a terminal that hard-wraps at ``width`` cut); every line end written as a newline."""
     out: list[str] = []
     joined = ""
     for line in text.splitlines():
