@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.p_wrapped import hard_wrap, run
+from bench.p_pasted import hard_wrap, run
 from dsguard.core.classify import (
     FailureKind,
     classify_text,
@@ -89,7 +89,7 @@ def test_explain_says_it_joined_a_wrapped_paste(
 
 def test_the_corpus_wrapped_at_80_columns_reads_almost_as_it_stands() -> None:
     """Every tuning and GPUAlert failure log but the hangs, wrapped at 80 columns
-    (bench/p_wrapped.py, bench/RESULTS.md): read as it stands the wrap costs about a sixth of
+    (bench/p_pasted.py, bench/RESULTS.md): read as it stands the wrap costs about a sixth of
     the right verdicts (4,470 -> 3,747 of 4,599 at round 112); read as explain reads a paste,
     4,389 (98.2 % of the unwrapped figure), with 2 wrong kinds named where a user error had
     been read (lines of exactly 80 columns in the original joined to the next). Floors there."""

@@ -1,4 +1,4 @@
-"""Verdicts on pasted logs a terminal hard-wrapped: ``python -m bench.p_wrapped [--width N]``.
+"""Verdicts on pasted logs a terminal hard-wrapped: ``python -m bench.p_pasted [--width N]``.
 
 A log copied from a terminal or console that wraps at its width (Windows' console: 80 columns)
 has every longer line cut there, mid-word. Every failure log of the corpus's tuning splits and
@@ -69,7 +69,7 @@ def run(width: int) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.p_wrapped", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.p_pasted", description=__doc__)
     parser.add_argument("--width", type=int, default=80)
     result = run(parser.parse_args(argv).width)
     for key, value in result.items():
