@@ -1,14 +1,15 @@
-"""Verdicts on pasted logs a terminal hard-wrapped: ``python -m bench.p_pasted [--width N]``.
+"""Verdicts on logs pasted in another form: ``python -m bench.p_pasted [--form F]``.
 
-A log copied from a terminal or console that wraps at its width (Windows' console: 80 columns)
-has every longer line cut there, mid-word. Every failure log of the corpus's tuning splits and
-of GPUAlert's set (not the held-out sets, whose verdicts are not read, nor the hangs, which a
-saved log cannot show: the supervisor's own timer names them) is wrapped so and read three
-ways: as it stands (``classify_text``), wrapped and read as it stands, and wrapped and read as
-``dsguard explain`` reads a paste (``read_saved_text``: its cut lines joined when it looks
-hard-wrapped and the first reading names no kind or only the script's own error). Prints each
-count of right verdicts, and the wrong kinds the joined reading named where the wrapped one
-had named another.
+A log copied out of an issue, a forum or a terminal can carry the copy's form on every line: a
+console that hard-wraps at 80 columns (``wrap80``: every longer line cut there, mid-word), a
+Markdown or forum code block indented by four spaces (``indent4``), a Markdown quote
+(``quote``: "> " before every line). Every failure log of the corpus's tuning splits and of
+GPUAlert's set (not the held-out sets, whose verdicts are not read, nor the hangs, which a
+saved log cannot show: the supervisor's own timer names them) is put in that form and read
+three ways: as it stands (``classify_text``), in the form and read as it stands, and in the
+form and read as ``dsguard explain`` reads a paste (``read_saved_text``: the form undone when
+the first reading names no kind or only the script's own error). Prints each count of right
+verdicts, and the wrong kinds the undone reading named where the plain one had named another.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Callable
 
 from bench.p_classify import HELDOUT_SETS, Case, corpus_cases, gpualert_cases
 from dsguard.core.classify import classify_text, read_saved_text
@@ -33,47 +35,61 @@ def hard_wrap(text: str, width: int) -> str:
     return "\n".join(out)
 
 
-def _kind(text: str, case: Case, *, unwrap: bool) -> str:
-    if unwrap:
+def _each_line(prefix: str, blank: str) -> Callable[[str], str]:
+    return lambda text: "\n".join(prefix + line if line else blank for line in text.split("\n"))
+
+
+FORMS: dict[str, Callable[[str], str]] = {
+    "wrap80": lambda text: hard_wrap(text, 80),
+    "indent4": _each_line("    ", ""),
+    "quote": _each_line("> ", ">"),
+}
+
+
+def _kind(text: str, case: Case, *, undo: bool) -> str:
+    if undo:
         failure = read_saved_text(text, case.exit_code)[0]
     else:
         failure = classify_text(text, case.exit_code)
     return "success" if failure is None else failure.kind.value
 
 
-def run(width: int) -> dict[str, object]:
+def run(form: str, *, every: int = 1) -> dict[str, object]:
+    """The counts for one form over every ``every``-th log (1: all of them)."""
+    put = FORMS[form]
     cases = [
         c
         for c in [*corpus_cases(), *gpualert_cases()]
         if c.group not in HELDOUT_SETS and c.group != "mention" and c.label != "hang"
-    ]
-    as_is = wrapped = joined = 0
+    ][::every]
+    as_is = plain = undone = 0
     new_wrong: Counter[tuple[str, str]] = Counter()
     for case in cases:
-        text = hard_wrap(case.text, width)
-        before = _kind(text, case, unwrap=False)
-        after = _kind(text, case, unwrap=True)
-        as_is += _kind(case.text, case, unwrap=False) == case.label
-        wrapped += before == case.label
-        joined += after == case.label
+        text = put(case.text)
+        before = _kind(text, case, undo=False)
+        after = _kind(text, case, undo=True)
+        as_is += _kind(case.text, case, undo=False) == case.label
+        plain += before == case.label
+        undone += after == case.label
         if after not in (case.label, before):
             new_wrong[(case.label, after)] += 1
     return {
-        "width": width,
+        "form": form,
         "logs": len(cases),
         "right_as_is": as_is,
-        "right_wrapped": wrapped,
-        "right_wrapped_joined": joined,
-        "wrong_kinds_the_joined_reading_named": dict(new_wrong),
+        "right_in_the_form": plain,
+        "right_in_the_form_undone": undone,
+        "wrong_kinds_the_undone_reading_named": dict(new_wrong),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.p_pasted", description=__doc__)
-    parser.add_argument("--width", type=int, default=80)
-    result = run(parser.parse_args(argv).width)
-    for key, value in result.items():
-        print(f"{key}: {value}")
+    parser.add_argument("--form", choices=sorted(FORMS), action="append")
+    for form in parser.parse_args(argv).form or sorted(FORMS):
+        for key, value in run(form).items():
+            print(f"{key}: {value}")
+        print()
     return 0
 
 

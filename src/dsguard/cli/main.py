@@ -10,6 +10,7 @@ exit codes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -18,12 +19,15 @@ import traceback
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsguard import __version__
 from dsguard.errors import JobFileError
 from dsguard.exitcodes import EXIT_INTERNAL_ERROR, EXIT_OK, EXIT_USAGE
 from dsguard.job.model import Job
+
+if TYPE_CHECKING:  # the classifier is imported where it is used, off --help's path
+    from dsguard.core.classify import PasteUndone
 
 
 def _load(path: str, *, writable: bool = False) -> Job:
@@ -385,7 +389,7 @@ def cmd_explain(ns: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"dsguard explain: {ns.file}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
-    failure, unwrapped_at = read_saved_text(text, ns.exit_code)
+    failure, undone = read_saved_text(text, ns.exit_code)
     if failure is None:
         result: dict[str, Any] = {
             "kind": None, "recoverable": None, "rank": None, "evidence": [],
@@ -408,8 +412,8 @@ def cmd_explain(ns: argparse.Namespace) -> int:
             "hint": failure.hint,
             "probable_kind": None if failure.probable is None else failure.probable.value,
             "probable_words": list(failure.probable_words),
-            # a paste hard-wrapped by its terminal, read with its cut lines joined
-            "unwrapped_at_columns": unwrapped_at,
+            # a paste's quote marks, shared indentation or terminal wrap, undone to read it
+            "paste_undone": None if undone is None else dataclasses.asdict(undone),
         }
     if ns.json:
         print(json.dumps(result))
@@ -428,8 +432,8 @@ def cmd_explain(ns: argparse.Namespace) -> int:
         print(f"killed rank's exit status (from the launcher's report): {result['rank_exit']}")
     if result["hint"]:
         print(f"hint: {result['hint']}")
-    if unwrapped_at is not None:
-        print(f"read with the lines a terminal cut at {unwrapped_at} columns joined")
+    if undone is not None:
+        print(f"read without the paste's form: {_paste_undone_words(undone)}")
     if result["probable_kind"] is not None:
         words = ", ".join(result["probable_words"])
         print(f"probable kind: {result['probable_kind']} (the words that weighed most: {words})")
@@ -437,6 +441,15 @@ def cmd_explain(ns: argparse.Namespace) -> int:
     for line in result["evidence"]:
         print(f"  {line}")
     return EXIT_OK
+
+
+def _paste_undone_words(undone: PasteUndone) -> str:
+    words = ["its quote marks"] if undone.quoted else []
+    if undone.indent:
+        words.append(f"the {undone.indent}-character indentation every line had")
+    if undone.width is not None:
+        words.append(f"the lines a terminal cut at {undone.width} columns joined")
+    return "; ".join(words)
 
 
 def _log_dir_of(target: str) -> Path:

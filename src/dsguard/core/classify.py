@@ -61,6 +61,7 @@ __all__ = [
     "ExitStatus",
     "Failure",
     "FailureKind",
+    "PasteUndone",
     "StreamClassifier",
     "classify",
     "classify_saved",
@@ -71,6 +72,7 @@ __all__ = [
     "nonfinite_text",
     "rank_exit_from_text",
     "read_saved_text",
+    "strip_paste_margin",
     "unwrap_lines",
 ]
 
@@ -4841,31 +4843,68 @@ def classify_text(
     return _read_whole(text, exit_code, host_oom_confirmed)
 
 
+@dataclass(frozen=True)
+class PasteUndone:
+    """What ``read_saved_text`` undid in a paste before the reading it took: a Markdown quote
+    marker on every line, a margin of ``indent`` characters every line had (a forum's indented
+    code block), and the ``width`` a terminal hard-wrapped it at (None: not rejoined)."""
+
+    quoted: bool
+    indent: int
+    width: int | None
+
+
 def read_saved_text(
     text: str, exit_code: int | None, *, host_oom_confirmed: bool | None = None
-) -> tuple[Failure | None, int | None]:
-    """The verdict on a saved or pasted log (``dsguard explain``), and the terminal width it
-    was read unwrapped at (None: read as it stands).
+) -> tuple[Failure | None, PasteUndone | None]:
+    """The verdict on a saved or pasted log (``dsguard explain``), and what of the paste's
+    form was undone to reach it (None: read as it stands).
 
     Runs a StreamClassifier over the whole text, then ``classify_saved`` with the decoded exit
     code. A saved log carries no live evidence, so a SIGKILL is a *probable* host OOM by
-    default. A log copied from a terminal or a console that hard-wraps at its width (Windows'
-    80 columns) has its messages cut across lines where no rule reads them whole: when the text
-    looks so (``hard_wrap_width``) and the first reading names no kind, or only the script's
-    own error, it is read again with each line of exactly that width joined to the next, and
-    that reading is taken if it names another kind. Its evidence counts the joined lines. (The
-    live path does not do this: a child's pipe is never wrapped.)
+    default. A log copied out of an issue, a forum or a terminal can carry the copy's form on
+    every line, where the rules read a line's start and its whole message: a Markdown quote
+    marker ("> "), a code block's indentation (which reads as a traceback's echoed source), or
+    a terminal's hard wrap at its width (Windows' 80 columns cut messages mid-word). When the
+    first reading names no kind, or only the script's own error, the text is read again
+    without them (``strip_paste_margin``, then ``unwrap_lines`` where ``hard_wrap_width``
+    finds a wrap), and that reading is taken if it names another kind. Its evidence is the
+    undone text's. (The live path does not do this: a child's pipe carries no such form.)
     """
     first = _read_whole(text, exit_code, host_oom_confirmed)
     if first is None or first.kind not in (FailureKind.UNKNOWN, FailureKind.USER_CODE_ERROR):
         return first, None
-    width = hard_wrap_width(text)
-    if width is None:
+    alt, quoted, indent = strip_paste_margin(text)
+    width = hard_wrap_width(alt)
+    if width is not None:
+        alt = unwrap_lines(alt, width)
+    if alt == text:
         return first, None
-    second = _read_whole(unwrap_lines(text, width), exit_code, host_oom_confirmed)
+    second = _read_whole(alt, exit_code, host_oom_confirmed)
     if second is None or second.kind in (FailureKind.UNKNOWN, first.kind):
         return first, None
-    return second, width
+    return second, PasteUndone(quoted=quoted, indent=indent, width=width)
+
+
+_QUOTE_MARK = re.compile(r"^ *> ?")
+
+
+def strip_paste_margin(text: str) -> tuple[str, bool, int]:
+    """``text`` without what a paste put before every non-blank line: a Markdown quote marker
+    ("> ", when every such line has one), then the indentation they all share (a forum's or
+    Markdown's indented code block); with whether it was quoted and how many characters of
+    indentation went. A log's own layout is relative (a traceback's header at its margin, its
+    frames indented under it), so the shared part is the copy's."""
+    lines = text.split("\n")
+    filled = [line for line in lines if line.strip()]
+    quoted = bool(filled) and all(_QUOTE_MARK.match(line) for line in filled)
+    if quoted:
+        lines = [_QUOTE_MARK.sub("", line) for line in lines]
+        filled = [line for line in lines if line.strip()]
+    indent = min((len(line) - len(line.lstrip(" \t")) for line in filled), default=0)
+    if indent:
+        lines = [line[indent:] if line.strip() else line.strip() for line in lines]
+    return "\n".join(lines), quoted, indent
 
 
 def _read_whole(
