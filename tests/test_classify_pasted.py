@@ -48,38 +48,33 @@ _DS_CONFIG = (
 )
 
 
-def test_a_wrapped_host_oom_is_read_whole() -> None:
-    """Wrapped, the allocator's words are cut and the line reads as a user error; joined
-    again, it is the host's memory, and what was undone is said."""
-    wrapped = hard_wrap(_HOST_OOM, 80)
-    first = classify_text(wrapped, 1)
-    assert first is not None and first.kind is K.USER_CODE_ERROR
-    failure, undone = read_saved_text(wrapped, 1)
-    assert failure is not None and failure.kind is K.HOST_OOM
-    assert undone == PasteUndone(quoted=False, indent=0, width=80)
+@pytest.mark.parametrize(
+    ("form", "text", "first_kind", "kind", "undone"),
+    [
+        # wrapped, the allocator's words are cut and the line reads as a user error
+        ("wrap80", _HOST_OOM, K.USER_CODE_ERROR, K.HOST_OOM, PasteUndone(False, 0, 80)),
+        # indented by four, the log dict reads as a traceback's echoed source: nothing named
+        ("indent4", _NAN, K.UNKNOWN, K.LOSS_DIVERGENCE, PasteUndone(False, 4, None)),
+        # quoted, the frame's source no longer sits under its frame: a user error; unquoted,
+        # the KeyError is raised inside accelerate's DeepSpeed config code
+        ("quote", _DS_CONFIG, K.USER_CODE_ERROR, K.DS_CONFIG_ERROR, PasteUndone(True, 0, None)),
+    ],
+)
+def test_a_paste_is_read_without_its_form(
+    form: str, text: str, first_kind: FailureKind, kind: FailureKind, undone: PasteUndone
+) -> None:
+    """The log as it stands names ``kind``; in the paste's form the first reading names
+    ``first_kind``; read_saved_text undoes the form, names ``kind`` and says what it undid."""
+    assert _kind_of(text) is kind
+    pasted = FORMS[form](text)
+    assert _kind_of(pasted) is first_kind
+    failure, got = read_saved_text(pasted, 1)
+    assert failure is not None and failure.kind is kind and got == undone
 
 
-def test_a_forum_code_block_is_read_without_its_indentation() -> None:
-    """Indented by four, the log dict reads as a traceback's echoed source: nothing named."""
-    text = FORMS["indent4"](_NAN)
-    first = classify_text(text, 1)
-    assert first is not None and first.kind is K.UNKNOWN
-    failure, undone = read_saved_text(text, 1)
-    assert failure is not None and failure.kind is K.LOSS_DIVERGENCE
-    assert undone == PasteUndone(quoted=False, indent=4, width=None)
-
-
-def test_a_quoted_traceback_is_read_without_its_quote_marks() -> None:
-    """Quoted, the frame's source no longer sits under its frame: a user error; unquoted, the
-    KeyError is raised inside accelerate's DeepSpeed config code."""
-    text = FORMS["quote"](_DS_CONFIG)
-    first = classify_text(text, 1)
-    assert first is not None and first.kind is K.USER_CODE_ERROR
-    unquoted = classify_text(_DS_CONFIG, 1)
-    assert unquoted is not None and unquoted.kind is K.DS_CONFIG_ERROR
-    failure, undone = read_saved_text(text, 1)
-    assert failure is not None and failure.kind is K.DS_CONFIG_ERROR
-    assert undone == PasteUndone(quoted=True, indent=0, width=None)
+def _kind_of(text: str) -> FailureKind | None:
+    failure = classify_text(text, 1)
+    return None if failure is None else failure.kind
 
 
 def test_a_log_read_as_it_stands_is_not_undone() -> None:
