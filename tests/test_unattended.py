@@ -95,14 +95,19 @@ def test_supervisor_sigkill_at_random_points_then_restart(tmp_path: Path) -> Non
     # The kill moments are drawn across one uninterrupted run timed on this machine, not
     # across a fixed window: on a fast machine a fixed 0.2-1.8 s window let 11 of 20 runs
     # finish before the kill, and the trials no longer exercised recovery (CI failure).
-    calib = tmp_path / "calib"
-    calib.mkdir()
-    write_job(calib, trainer_args)
-    began = time.monotonic()
-    whole = _start(calib)
-    _, err = whole.communicate(timeout=120)
-    assert whole.returncode == 0, err.decode()
-    run_s = time.monotonic() - began
+    # The fastest of three timed runs: one slowed by the machine's other work (a clean-clone
+    # CI run drew 6 of 20 kills mid-run after a slow calibration) puts the kills past the end.
+    timings: list[float] = []
+    for calib_no in range(3):
+        calib = tmp_path / f"calib{calib_no}"
+        calib.mkdir()
+        write_job(calib, trainer_args)
+        began = time.monotonic()
+        whole = _start(calib)
+        _, err = whole.communicate(timeout=120)
+        assert whole.returncode == 0, err.decode()
+        timings.append(time.monotonic() - began)
+    run_s = min(timings)
     rng = random.Random(20261122)
     killed_mid_run = 0
     for trial in range(20):
