@@ -117,6 +117,32 @@ def test_a_second_tensorflow_oom_line_keeps_the_first_ones_reading() -> None:
     assert evidence(by_lines(text)) == whole
 
 
+def test_a_tensorflow_oom_line_is_reported_when_its_device_line_is_read() -> None:
+    """A TensorFlow OOM line that names no device is kept once a line after it names one; a
+    line-buffered child's next lines come a read each, so another OOM line read on the way
+    (TF's ``failed to allocate ... from device: CUDA_ERROR_OUT_OF_MEMORY``) is reported before
+    it. What is kept, and which lines were reported, do not depend on the reads; the order of
+    the reports is when each reading completed (round 113: a held-out log of this form read
+    the same evidence both ways, its reports in another order)."""
+    text = (
+        "Epoch 1/10\n"
+        "W tensorflow/core/framework/op_kernel.cc:993] Resource exhausted: OOM when allocating "
+        "tensor with shape[64,256,56,56]\n"
+        "I tensorflow/core/common_runtime/bfc_allocator.cc:680] Sum Total of in-use chunks: "
+        "3.2GiB\n"
+        "E tensorflow/stream_executor/cuda/cuda_driver.cc:806] failed to allocate 3.80G "
+        "(4082368512 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n"
+        '\t [[Node: conv2/Conv2D = Conv2D[T=DT_FLOAT, _device="/job:localhost/replica:0/task:0'
+        '/gpu:0"](pool1, conv2/kernel)]]\n'
+    )
+    whole_kept, whole_reported, whole_lines = stream([text])
+    kept, reported, lines = stream(by_lines(text))
+    assert (kept, lines) == (whole_kept, whole_lines)
+    assert [(e.kind, e.line_no) for e in kept] == [(K.CUDA_OOM, 2), (K.CUDA_OOM, 4)]
+    assert [e.line_no for e in whole_reported] == [2, 4]  # read ahead within one read
+    assert [e.line_no for e in reported] == [4, 2]  # line 2 waits for line 5's device
+
+
 # A real interpreter's traceback through a real pipe and the real pump, its stderr written a
 # line at a time with a pause after each (as a rank's lines arrive while the pump keeps up).
 _CHILD = textwrap.dedent(
