@@ -17,6 +17,8 @@ Three sets, scored separately:
   were written, one set, not split, merged after those rules froze and scored once on them; its
   siblings ``heldout94`` and ``heldout96`` are ``tune93`` and ``tune95``); ``heldout97``
   (10 logs, two helpers with the sitting's last look-ups, scored once on round 110's rules);
+  ``heldout98``, ``heldout99`` and ``heldout100`` (70, 74 and 93 logs, round 113's six helpers
+  in three pairs, each set not split, scored once on the rules at 505ebb4);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -316,7 +318,16 @@ TUNING_SETS = (
     "tune93",
     "tune95",
 )
-HELDOUT_SETS = ("heldout", "heldout2", "heldout3", "heldout95", "heldout97")
+HELDOUT_SETS = (
+    "heldout",
+    "heldout2",
+    "heldout3",
+    "heldout95",
+    "heldout97",
+    "heldout98",
+    "heldout99",
+    "heldout100",
+)
 
 
 def run(quick: bool = False) -> dict[str, Any]:
