@@ -8,17 +8,17 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` to ``tune93`` and ``tune95``: each ``tuneN`` was the fresh held-out set
-  ``heldout(N+1)``, scored on the rules of its day (once, except ``heldout5``, scored twice;
-  from ``heldout12`` on, gathered while the previous round's rules were written and merged
-  after they froze), then made a tuning set (``tune3``-``tune5`` in rounds 5-7,
-  ``tuneN`` for N >= 6 in a later round; the corpus README has each set's record);
+  README); ``tune3`` to ``tune93``, ``tune95``, ``tune98`` and ``tune99``: each ``tuneN`` was
+  the fresh held-out set ``heldout(N+1)``, scored on the rules of its day (once, except
+  ``heldout5``, scored twice; from ``heldout12`` on, gathered while the previous round's rules
+  were written and merged after they froze), then made a tuning set (``tune3``-``tune5`` in
+  rounds 5-7, ``tuneN`` for N >= 6 in a later round; the corpus README has each set's record);
   ``heldout95`` (37 logs gathered by two of round 109's six helpers while round 108's rules
   were written, one set, not split, merged after those rules froze and scored once on them; its
   siblings ``heldout94`` and ``heldout96`` are ``tune93`` and ``tune95``); ``heldout97``
   (10 logs, two helpers with the sitting's last look-ups, scored once on round 110's rules);
-  ``heldout98``, ``heldout99`` and ``heldout100`` (70, 74 and 93 logs, round 113's six helpers
-  in three pairs, each set not split, scored once on the rules at 505ebb4);
+  ``heldout98`` (70 logs, two of round 113's six helpers, not split, scored once on the rules at
+  505ebb4; its siblings ``heldout99`` and ``heldout100`` are ``tune98`` and ``tune99``);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -317,6 +317,8 @@ TUNING_SETS = (
     "tune92",
     "tune93",
     "tune95",
+    "tune98",
+    "tune99",
 )
 HELDOUT_SETS = (
     "heldout",
@@ -325,8 +327,6 @@ HELDOUT_SETS = (
     "heldout95",
     "heldout97",
     "heldout98",
-    "heldout99",
-    "heldout100",
 )
 
 
