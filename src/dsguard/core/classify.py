@@ -306,6 +306,10 @@ _TRIGGERS: tuple[str, ...] = (
     "cale: 1, ",
     "NVIDIA driver",  # "The NVIDIA driver on your system is too old", "Found no NVIDIA driver"
     "kernel image",  # "no kernel image is available for execution on the device"
+    "kernel failed : ",  # pointnet2_ops' CUDA_CHECK_ERRORS: "CUDA kernel failed : <error>"
+    ".cu:",  # NCCL 2.4-2.7's error-return trace "NCCL INFO init.cu:864 -> 2" (SystemError)
+    "not altered the graph",  # TF Saver.restore's advice, pasted without its head
+    "block: [",  # a device-side assert's head, "Loss.cu:240: <kernel>: block: [0,0,0], ..."
     "evice-side assert",  # HIP "Device-side assertion `...' failed."
     "size mismatch",  # load_state_dict, printed indented under its RuntimeError
     "osix_memalign",  # old CPUAllocator wording "posix_memalign(&data, ...) == 0. 12 vs 0"
@@ -861,6 +865,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 82) CatBoost's CUDA_SAFE_CALL on cudaErrorMemoryAllocation ("CUDA error 2:
             # out of memory", the format of its other errors, below)
             r"\bCUDA error 2: out of memory\b",
+            # (round 114, tune98) pointnet2_ops' CUDA_CHECK_ERRORS and the extensions copied from
+            # it (_ext-src/include/cuda_utils.h: fprintf(stderr, "CUDA kernel failed : %s\n%s at
+            # L:%d in %s\n", cudaGetErrorString(err), ...) then exit(-1)): its out of memory, or
+            # the code 2 a copy raises instead of the text ("RuntimeError: CUDA kernel failed :
+            # 700", StructuralLosses' match_cost in luost26/diffusion-point-cloud#12)
+            r"\bCUDA kernel failed : (?:out of memory\b|2\s*$)",
             # (round 77, tune74) OpenCL's device allocation failing, as boost.compute words
             # CL_MEM_OBJECT_ALLOCATION_FAILURE ("terminate called after throwing an instance of
             # 'boost::wrapexcept<boost::compute::opencl_error>'  what():  Memory Object
@@ -1814,6 +1824,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # that is missing from the checkpoint.", THUNLP-MT/L2Copy4APE#3); the "Key ... not
             # found" line follows on its own, and a trigger now lets it be read there too
             r"Restoring from checkpoint failed\. This is most likely due to",
+            # (round 114, tune99) ... and that message's last sentence, pasted without its head
+            # ("This is most likely due to a mismatch between the current graph and the graph
+            # from the checkpoint. Please ensure that you have not altered the graph expected
+            # based on the checkpoint.", saver.py _wrap_restore_error_with_msg;
+            # fengju514/Face-Pose-Net#40)
+            r"Please ensure that you have not altered the graph expected based on the checkpoint",
             # (round 16) TF's tensor_bundle.cc BundleReader: a restored tensor whose CRC32C
             # differs from the one the index stored, a corrupt or cut checkpoint shard
             # ("DataLossError: From /job:ps/replica:0/task:3:" then "Checksum does not match:
@@ -2076,7 +2092,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 24) the ultralytics (YOLOv8+) training row, losses gone NaN and training
             # going on ("91/300  17G  nan  nan  nan  2  640: 100%|...", ultralytics#19357):
             # epoch/epochs, GPU memory, each loss column nan, instances, image size
-            r"\b\d+/\d+\s+[\d.]+G(?:\s+nan)+\s+\d+\s+\d+:\s+\d+%",
+            # (round 114, tune98: or one loss column NaN among finite ones, "120/500  34G  0.6445
+            # nan  0.3872  0.8728  123  1024: 100%", a segmentation head's loss gone NaN while
+            # the box losses train on, epoch after epoch; ultralytics/ultralytics#4733)
+            r"\b\d+/\d+\s+[\d.]+G(?:\s+[\d.]+)*(?:\s+nan)+(?:\s+(?:[\d.]+|nan))*\s+\d+\s+\d+:"
+            r"\s+\d+%",
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
             # (the value may be logged as a torch tensor's repr: "'grad_norm': tensor(nan,
@@ -2096,6 +2116,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 49, tune46: also under a statistic's path, the tabular logger of rllab and
             # rlpyt, "model_loss/Average              nan", juliusfrost/dreamer-pytorch#82)
             r"(?i:\b\w*loss\w*(?:/\w+)?['\"\]\s:=|]{1,40}(?:tensor\(|\[)?nanx*\b)",
+            # (round 114, tune99) ... and a loss logged as its named parts, the first NaN
+            # ("loss: total: nan, xy: 3.49, wh: 566.76, conf: nan, class: nan", YOLOv3_TensorFlow's
+            # train.py, whose own guard then raises "ArithmeticError: Gradient exploded!";
+            # wizyoung/YOLOv3_TensorFlow#75)
+            r"(?i:\bloss: [a-z_]+: nan\b)",
             # (round 49, tune46) a loss metric named for its function rather than "loss": MXNet
             # Gluon's metric.Loss instances as GluonCV's scripts name them ("CrossEntropy=nan,
             # SmoothL1=nan", dmlc/gluon-cv#142), and a perplexity, the exponential of a loss
@@ -2248,6 +2273,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # out of memory, is a device OOM
             r"\bCUDA error (?!2:)\d+: [a-z]",
             r"\binvalid device function\b",
+            # (round 114, tune98) ... and any other error through pointnet2_ops' check (above,
+            # with its out of memory): "CUDA kernel failed : invalid device function" from the
+            # furthest-point-sampling kernel of a build without the GPU's architecture
+            # (erikwijmans/Pointnet2_PyTorch#121, yuxumin/PoinTr#5), or a code (700, an illegal
+            # address)
+            r"\bCUDA kernel failed : (?!out of memory\b|2\s*$)\S",
             r"CUDA driver error:",
             # (round 38, tune35) FlashInfer's FLASHINFER_CUDA_CALL (include/flashinfer/utils.cuh:
             # std::cerr << "CUDA Error: " << cudaGetErrorString(e) << " (" << e << ") " <<
@@ -2282,6 +2313,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # paste cut the line's head ("ad: [47,0,0] Assertion `cur_target >= 0 && cur_target
             # < n_classes` failed.", dbolya/yolact#333); glibc's host assert quotes with "'"
             r"\[\d+,\d+,\d+\] Assertion `[^`]*` failed\.",
+            # (round 114, tune98) ... and its head when a paste cut the line before "Assertion"
+            # (".../native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,"
+            # at the excerpt's end, EvolvingLMMs-Lab/Otter#216): a CUDA source's place, the
+            # kernel's name and its block index are printed only by a device-side assert
+            r"\.cuh?:\d+: \S[^\n]*?: block: \[\d+,(?:\d+,(?:\d+\], thread: \[\d+)?)?",
             # (round 70, tune67) cudaErrorUnsupportedPtxVersion: a kernel built by a newer CUDA
             # than the driver runs ("operation cudaGetLastError() failed: the provided PTX was
             # compiled with an unsupported toolchain.", jaxlib's cuda_prng_kernels under an old
@@ -2624,7 +2660,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # so NCCL_SHM_DISABLE or a larger /dev/shm mends it, not fewer loader workers
             r"Error while creating shared memory segment /dev/shm/nccl-",
             r"client socket has failed to connect to any network address",
-            r"NCCL INFO \S+\.(?:cc|h):\d+ -> [236]\s*$",
+            # (round 114, tune98: NCCL 2.4-2.7's sources were .cu files, "NCCL INFO init.cu:864
+            # -> 2", and a group's async thread tags its line, "misc/group.cu:69 -> 2 [Async
+            # thread]"; pytorch/pytorch#40273)
+            r"NCCL INFO \S+\.(?:cc|cu|h):\d+ -> [236](?: \[Async thread\])?\s*$",
             r"Rendezvous\w*(?:Error|Exception)",
             r"Timeout at NCCL work",
             # (round 21) NCCL 2.0-2.3's debug lines had no "NCCL" tag ("host:pid:tid [dev]
@@ -2761,6 +2800,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # re-raises it from a worker ("ray.exceptions.RayTaskError(NcclError): ray::
             # MeshHostWorker.init_p2p_communicator()", Alpa; alpa-projects/alpa#937)
             r"\bNcclError: NCCL_ERROR_[A-Z_]+: ",
+            # (round 114, tune99) Paddle's enforce on an NCCL call ("OSError: (External)  Nccl
+            # error, invalid data type, detail: Resource temporarily unavailable", a container's
+            # small /dev/shm under paddle.distributed.launch, PaddlePaddle/PaddleSeg#939; also
+            # "ExternalError:  Nccl error, unhandled cuda error"): ncclGetErrorString's text
+            r"(?:\(External\)|ExternalError:)\s+Nccl error, (?:unhandled|internal|invalid"
+            r"|remote|system)",
             r"\bRayTaskError\(NcclError\)",
             r"\bStartAbort Unavailable: ",
             # (round 65, tune61) ... and its deadline on a peer's RPC, as newer TF names the
