@@ -92,9 +92,14 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 #: log labelled cuda_oom for a host_oom (3 of 4 right): a TensorFlow OOM whose node line named
 #: a _Recv node's recv_device on the CPU, the failing op's own device wrapped onto the next line
 #: by a paste; as tune90, round 105's rules read the op's device. heldout101 (round 114's
-#: rules, scored once) took a log labelled user_code_error for a ds_build_error (0 of 1 right).
+#: rules, scored once) took a log labelled user_code_error for a ds_build_error (0 of 1 right):
+#: "nvcc fatal : Unsupported gpu architecture 'compute_89'" in pip's build of tiny-cuda-nn,
+#: which its helper labelled an environment error while the corpus labels other packages'
+#: compiled-op builds ds_build_error (apex, exllamav2, MultiScaleDeformableAttention, quanto,
+#: syncbn, Megatron's fused kernels: the "compiled op's build" rule of round 23). The labels
+#: disagree; the rule follows the corpus, and as tune100 the log stays read so.
 _IMPRECISE: dict[str, str] = {
-    "tune100": "round 114's rules (scored once) read a user error as ds_build_error",
+    "tune100": "a build the corpus's other labels call ds_build_error, labelled a user error",
 }
 
 
@@ -682,8 +687,9 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune99": (0.989, 1),
     # tune100 (46 logs, two helpers with 70 look-ups each, not split, scored once on round 114's
     # rules frozen at 2287f46): 43/46 = 93.5% (unknown 4.3%), its record as a held-out set. A
-    # tuning set since round 116.
-    "tune100": (0.934, 2),
+    # tuning set since round 116, whose rules took it to 45/46 (tests/test_classify_round116.py;
+    # the one left: a label the corpus does not agree on, _IMPRECISE).
+    "tune100": (0.978, 0),
 }
 
 

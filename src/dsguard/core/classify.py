@@ -3182,7 +3182,9 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # (round 105, tune90: a space before the colon, as a French-typography paste has it,
     # "./run_rl_swarm.sh: line 155 : 1126 Killed :9 python -m ...", Mayankgg01/
     # Gensyn-ai-Rl-Swarm_Guide#19)
-    (re.compile(r": [*`_]*line \d+ ?: +\d+ +(?:Killed|已杀死)"), 9),
+    # (round 116, tune100: and as a translation renders the zh_CN shell's "行 8: 20954 已杀死",
+    # "./scripts/train.sh: row 8: 20954 was killed", yuxumin/PoinTr#37)
+    (re.compile(r": [*`_]*(?:line|row) \d+ ?: +\d+ +(?:Killed|已杀死|was killed\b)"), 9),
     # (round 57, tune54) ... pasted from its PID on, the status padded to a column before the
     # command ("71885 Killed                  PYTHONPATH=. python -m kauldron.main ...",
     # google-deepmind/gemma#431)
@@ -3502,6 +3504,16 @@ _PROSE_RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (
         FailureKind.USER_CODE_ERROR,
         re.compile(r"(?i:\berror\b).{0,80}?cannot import name '[^']+' from '"),
+    ),
+    # (round 116, tune100) a compiled extension that does not load against this torch, its
+    # ImportError pasted as a Markdown list item ("- ImportError: .../pointnet2_batch_cuda.
+    # cpython-37m-x86_64-linux-gnu.so: undefined symbol: _ZN3c105Error...", an op built for
+    # another torch; open-mmlab/OpenPCDet#217), where a list marker keeps the line from being
+    # read as an exception (round 101: "* KeyError: raised for unknown keys" is a changelog's).
+    # DeepSpeed's own ops' libraries are ds_build_error's rules, read first
+    (
+        FailureKind.USER_CODE_ERROR,
+        re.compile(r"\bImportError: \S+\.so(?:\.\d+)*: undefined symbol: \S"),
     ),
     # (round 7) the disk in words ("now my disk space is full", "ran out of disk space") and a
     # hang-up in words ("mmlab still catches the SIGHUP signal and dies", a pipeline's
