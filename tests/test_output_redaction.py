@@ -75,3 +75,24 @@ def test_secrets_printed_with_a_space_or_quoted_are_redacted() -> None:
     assert b"--hub_token --fp16" in out  # the next word is a flag, not a value
     assert b"api_key='<redacted>', model='gpt2', max_tokens=5" in out
     assert b"'hub_token': \"<redacted>\", 'tokenizer_name': 'gpt2', 'key_len': 4" in out
+
+
+def test_secrets_after_long_words_and_flags_after_punctuation_are_redacted() -> None:
+    """Each pattern tries a name once per word (round 116: a 64 KiB word once took the pump's
+    thread about 100 s, bench/p_redact.py); a flag still counts after a quote, a bracket, a
+    colon or an equals sign, only not glued to a word or another dash."""
+    for shape in ("x", "a_", "A", "-a", "--a", "ab.", "'a", "=a", ".-a"):
+        line = (shape * 2000 + f" --hub_token={TOKEN} token='s3cret' end\n").encode()
+        out = redact_output(line)
+        assert TOKEN.encode() not in out and b"s3cret" not in out, shape
+        assert out.endswith(b" --hub_token=<redacted> token='<redacted>' end\n"), shape
+    for line in (
+        b"args=--hub_token=abc123",
+        b"'--api_key=abc123'",
+        b"[--api_key abc123]",
+        b"cmd:--password=abc123",
+        b"(--wandb_api_key abc123)",
+    ):
+        assert b"abc123" not in redact_output(line), line
+    # glued to a word it is no flag (before round 116 it was read as one)
+    assert redact_output(b"x--hub_token=abc123") == b"x--hub_token=abc123"

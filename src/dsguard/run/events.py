@@ -94,7 +94,11 @@ def normalise(obj: Any) -> Any:
 _SECRET_NAME = re.compile(r"(?:^|_)token$|_key$|secret|password|passwd", re.IGNORECASE)
 #: Hugging Face access tokens anywhere in a string (a pasted command line, an error message).
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
-_FLAG_EQ = re.compile(r"(--?([A-Za-z0-9][A-Za-z0-9_.-]*)=)(\S+)")
+#: Each pattern tries a name once per word (a lookbehind keeps it from starting again inside
+#: one) and never gives back what it read of it (possessive ``*+``): a long word of output
+#: (a 64 KiB line of "x", a progress bar's fill) once cost time quadratic in its length here,
+#: 100 s of the pump's thread for one such line, while the child blocked on a full pipe.
+_FLAG_EQ = re.compile(r"(?<![A-Za-z0-9_-])(--?([A-Za-z0-9][A-Za-z0-9_.-]*+)=)(\S+)")
 
 
 def is_secret_name(name: str) -> bool:
@@ -102,13 +106,15 @@ def is_secret_name(name: str) -> bool:
 
 
 #: ``HF_TOKEN=...``, ``WANDB_API_KEY=...`` as a shell or a wrapper echoes an environment.
-_ENV_EQ = re.compile(r"\b([A-Z][A-Z0-9_]*=)(\S+)")
+_ENV_EQ = re.compile(r"\b([A-Z][A-Z0-9_]*+=)(\S+)")
 #: ``--api_key VALUE`` as a wrapper echoes its argv joined by spaces (the ``=`` form is
 #: :data:`_FLAG_EQ`): the value is the next word unless that word is another flag.
-_FLAG_SP = re.compile(r"(--?([A-Za-z0-9][A-Za-z0-9_.-]*)[ \t]+)([^\s-]\S*)")
+_FLAG_SP = re.compile(r"(?<![A-Za-z0-9_-])(--?([A-Za-z0-9][A-Za-z0-9_.-]*+)[ \t]+)([^\s-]\S*)")
 #: ``Namespace(api_key='...')`` (argparse), ``{'hub_token': '...'}`` (a dict or JSON dump),
 #: ``token: "..."``: a quoted value after a secret name, as scripts print their config.
-_KW_QUOTED = re.compile(r"""(['"]?)([A-Za-z_][A-Za-z0-9_]*)\1(\s*[=:]\s*)(['"])([^'"\n]*)\4""")
+_KW_QUOTED = re.compile(
+    r"""(['"]?)(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*+)\1(\s*[=:]\s*)(['"])([^'"\n]*)\4"""
+)
 #: Cheap test before the substitutions: every redaction above needs one of these words.
 _MAYBE_SECRET = re.compile(r"token|key|secret|passw|hf_", re.IGNORECASE)
 
