@@ -2095,8 +2095,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 114, tune98: or one loss column NaN among finite ones, "120/500  34G  0.6445
             # nan  0.3872  0.8728  123  1024: 100%", a segmentation head's loss gone NaN while
             # the box losses train on, epoch after epoch; ultralytics/ultralytics#4733)
-            r"\b\d+/\d+\s+[\d.]+G(?:\s+[\d.]+)*(?:\s+nan)+(?:\s+(?:[\d.]+|nan))*\s+\d+\s+\d+:"
-            r"\s+\d+%",
+            r"\b\d+/\d+\s+[\d.]+G(?:\s+[\d.]+)*\s+nan(?:\s+(?:[\d.]+|nan))*\s+\d+\s+\d+:\s+\d+%",
             # a loss / grad norm that *is* NaN or inf, in the usual logging shapes:
             # "loss: nan", "'loss': nan", "loss = nan", "loss nan", "grad_norm: inf"
             # (the value may be logged as a torch tensor's repr: "'grad_norm': tensor(nan,
@@ -2317,7 +2316,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (".../native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,"
             # at the excerpt's end, EvolvingLMMs-Lab/Otter#216): a CUDA source's place, the
             # kernel's name and its block index are printed only by a device-side assert
-            r"\.cuh?:\d+: \S[^\n]*?: block: \[\d+,(?:\d+,(?:\d+\], thread: \[\d+)?)?",
+            r"\.cuh?:\d+: \S[^\n]*?: block: \[\d+,",
             # (round 70, tune67) cudaErrorUnsupportedPtxVersion: a kernel built by a newer CUDA
             # than the driver runs ("operation cudaGetLastError() failed: the provided PTX was
             # compiled with an unsupported toolchain.", jaxlib's cuda_prng_kernels under an old

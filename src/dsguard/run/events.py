@@ -94,10 +94,11 @@ def normalise(obj: Any) -> Any:
 _SECRET_NAME = re.compile(r"(?:^|_)token$|_key$|secret|password|passwd", re.IGNORECASE)
 #: Hugging Face access tokens anywhere in a string (a pasted command line, an error message).
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
-#: Each pattern tries a name once per word (a lookbehind keeps it from starting again inside
-#: one) and never gives back what it read of it (possessive ``*+``): a long word of output
-#: (a 64 KiB line of "x", a progress bar's fill) once cost time quadratic in its length here,
-#: 100 s of the pump's thread for one such line, while the child blocked on a full pipe.
+#: Each name pattern here (_FLAG_EQ, _ENV_EQ, _FLAG_SP, _KW_QUOTED) tries a name once per
+#: word (a lookbehind keeps it from starting again inside one) and never gives back what it
+#: read of it (possessive ``*+``): a long word of output (a 64 KiB line of "x", a progress
+#: bar's fill) once cost time quadratic in its length here, 100 s of the pump's thread for one
+#: such line, while the child blocked on a full pipe.
 _FLAG_EQ = re.compile(r"(?<![A-Za-z0-9_-])(--?([A-Za-z0-9][A-Za-z0-9_.-]*+)=)(\S+)")
 
 
