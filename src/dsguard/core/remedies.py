@@ -8,8 +8,10 @@ change the *environment* (``CUDA_HOME``, ``DS_SKIP_CUDA_CHECK``), the rendered D
 config (a small :class:`ConfigPatch`) or an HF precision flag, and they stack: once applied a
 remedy stays applied for every later attempt of the run, and each is tried at most once.
 
-``ds_build_error`` (the JIT build of a DeepSpeed op failed, or its ``.so`` will not load), in
-order, each only where it can help:
+``ds_build_error`` (the JIT build of a DeepSpeed op failed, or its ``.so`` will not load; the
+same failure of another package's compiled extension, such as apex or mamba's kernels, gets
+steps 1 and 4 only, with that package's advice: :func:`build_subject`), in order, each only
+where it can help:
 
 1. ``cuda_home``: torch was built for CUDA X.Y but the JIT build uses another (or no)
    toolkit, and a toolkit X.Y with a working ``nvcc`` is installed: point ``CUDA_HOME`` at it.
@@ -29,7 +31,8 @@ order, each only where it can help:
    lets DeepSpeed accept it under offload (a new phase when a checkpoint exists: the
    parameter groups differ). Lion and LAMB have no torch implementation; switching them to
    AdamW would silently train another optimizer at the wrong learning rate, so those give up.
-4. give up, naming the op and the first compiler ``error:`` line.
+4. give up, naming the op (or the package whose extension it is) and the first compiler
+   ``error:`` line.
 
 ``loss_divergence`` (DeepSpeed: "Current loss scale already at minimum - cannot decrease scale
 anymore"): fp16 -> bf16 (``fp16.enabled false``, ``bf16.enabled true``; HF flags ``--fp16
@@ -51,10 +54,12 @@ from dsguard.core.envfacts import EnvFacts, Toolkit
 from dsguard.core.records import as_builtins, from_builtins
 
 __all__ = [
+    "BuildSubject",
     "ConfigPatch",
     "GiveUp",
     "Remedy",
     "apply_flags",
+    "build_subject",
     "compiler_error_line",
     "failing_op",
     "is_cuda_mismatch",
@@ -222,6 +227,128 @@ _COMPILER_ERROR = re.compile(
     r"|nvcc fatal\s*: "
 )
 _LINKER_ERROR = re.compile(r"(?:^|[\s/])ld(?:\.\w+)?: (?:cannot find|error)|collect2: error: ")
+
+
+# DeepSpeed's op builders, NAME -> the install-time BUILD_VAR (deepspeed/ops/op_builder/*.py
+# and op_builder/cpu/*.py in 0.19.8; sparse_attn from 0.15 and older). The variable is not
+# always DS_BUILD_<NAME>: async_io is DS_BUILD_AIO, so advice built from the name alone names a
+# variable DeepSpeed's setup.py never reads. DeepSpeed's own flash_attn builder (NPU/XPU only)
+# is left out: in a training log "flash_attn" is Dao's package, not a DeepSpeed op.
+DS_OP_BUILD_VARS: dict[str, str] = {
+    "async_io": "DS_BUILD_AIO",
+    "cpu_adagrad": "DS_BUILD_CPU_ADAGRAD",
+    "cpu_adam": "DS_BUILD_CPU_ADAM",
+    "cpu_lion": "DS_BUILD_CPU_LION",
+    "cutlass_ops": "DS_BUILD_CUTLASS_OPS",
+    "dc": "DS_BUILD_DEEP_COMPILE",
+    "deepspeed_ccl_comm": "DS_BUILD_CCL_COMM",
+    "deepspeed_shm_comm": "DS_BUILD_SHM_COMM",
+    "evoformer_attn": "DS_BUILD_EVOFORMER_ATTN",
+    "fp_quantizer": "DS_BUILD_FP_QUANTIZER",
+    "fused_adam": "DS_BUILD_FUSED_ADAM",
+    "fused_lamb": "DS_BUILD_FUSED_LAMB",
+    "fused_lion": "DS_BUILD_FUSED_LION",
+    "gds": "DS_BUILD_GDS",
+    "inference_core_ops": "DS_BUILD_INFERENCE_CORE_OPS",
+    "pin_memory": "DS_BUILD_PIN_MEMORY",
+    "quantizer": "DS_BUILD_QUANTIZER",
+    "ragged_device_ops": "DS_BUILD_RAGGED_DEVICE_OPS",
+    "ragged_ops": "DS_BUILD_RAGGED_OPS",
+    "random_ltd": "DS_BUILD_RANDOM_LTD",
+    "sparse_attn": "DS_BUILD_SPARSE_ATTN",
+    "spatial_inference": "DS_BUILD_SPATIAL_INFERENCE",
+    "stochastic_transformer": "DS_BUILD_STOCHASTIC_TRANSFORMER",
+    "transformer": "DS_BUILD_TRANSFORMER",
+    "transformer_inference": "DS_BUILD_TRANSFORMER_INFERENCE",
+    "utils": "DS_BUILD_UTILS",
+}
+# pip naming the package whose build failed (pip's wheel.py / req_install.py wordings, old and
+# new): a log of apex, mamba-ssm or tiny-cuda-nn failing to build is ds_build_error's kind of
+# failure, but not DeepSpeed's, and advice to pre-build a DeepSpeed op would send the user the
+# wrong way (nerfstudio#844's tiny-cuda-nn build is such a log).
+_PIP_BUILD = re.compile(
+    r"Failed to build ([A-Za-z0-9][\w.-]*)"
+    r"|Failed building wheel for ([A-Za-z0-9][\w.-]*)"
+    r"|Could not build wheels for ([A-Za-z0-9][\w.-]*)"
+    r"|Running setup\.py (?:install|develop) for ([A-Za-z0-9][\w.-]*)"
+    r"|Building wheel for ([A-Za-z0-9][\w.-]*) \((?:setup\.py|pyproject\.toml)\)"
+)
+# A compiled extension module that will not load, outside DeepSpeed's op folders (those are
+# failing_op's): mamba's selective_scan_cuda or causal_conv1d built against another torch
+# ("undefined symbol: _ZN3c10..."). Only a CPython extension module's file name: a missing
+# runtime library (libcudart.so.12) is not an extension of the job's.
+_EXT_MODULE = re.compile(
+    r"(?<![\w.-])(\w+)\.(?:cpython-[\w.-]+|abi3)\.so: "
+    r"(?:undefined symbol|cannot open shared object)"
+)
+# setuptools' build_ext announcing each extension it builds; the last one started is the one
+# that failed. DeepSpeed's own install builds "deepspeed.ops.<group>.<op>_op".
+_BUILD_EXT = re.compile(r"building '([\w.]+)' extension")
+_DS_EXT_NAME = re.compile(r"deepspeed\.ops\.(?:\w+\.)*(\w+?)(?:_op)?$")
+# The log is about DeepSpeed at all: its package, its op builders, its install variables.
+_DS_EVIDENCE = re.compile(r"deepspeed|op_builder|DS_BUILD_|ds_report", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSubject:
+    """What failed to build or load, as the log tells it.
+
+    ``op`` is the extension's name where the log gives one; ``deepspeed`` says whether it is
+    one of DeepSpeed's ops (a name DeepSpeed's builders use, or an unnamed build in a log or
+    job that is about DeepSpeed), None where nothing tells; ``package`` is the pip package whose
+    build failed, when pip names one.
+    """
+
+    op: str | None
+    deepspeed: bool | None
+    package: str | None
+
+    @property
+    def what(self) -> str:
+        if self.op is not None:
+            return f"the {self.op} op" if self.deepspeed else f"the {self.op} extension"
+        if self.package is not None and not self.deepspeed:
+            return f"{self.package}'s compiled extension"
+        return "a DeepSpeed op" if self.deepspeed else "an op or extension the log does not name"
+
+    @property
+    def build_var(self) -> str | None:
+        return DS_OP_BUILD_VARS.get(self.op) if self.deepspeed and self.op else None
+
+
+def build_subject(lines: Sequence[str], *, deepspeed_job: bool = False) -> BuildSubject:
+    """Whose build failed: a DeepSpeed op, another package's extension, or an unnamed one.
+
+    ``deepspeed_job`` (the job has a DeepSpeed config) makes an unnamed build DeepSpeed's: its
+    ops are the ones a DeepSpeed job JIT-builds at start."""
+    op = failing_op(lines)
+    if op is None:
+        for line in lines:
+            m = _EXT_MODULE.search(line)
+            if m is not None and not _DS_EVIDENCE.search(line):
+                return BuildSubject(op=m.group(1), deepspeed=False, package=None)
+        built = [m.group(1) for ln in lines if (m := _BUILD_EXT.search(ln)) is not None]
+        if built:
+            ds = _DS_EXT_NAME.match(built[-1])
+            if ds is not None:
+                return BuildSubject(op=ds.group(1), deepspeed=True, package=None)
+            op = built[-1]
+    package: str | None = None
+    for line in lines:
+        m = _PIP_BUILD.search(_body(line))
+        if m is not None:
+            package = next(g for g in m.groups() if g)
+            break
+    pip_ds = package is not None and package.lower() == "deepspeed"
+    if op is not None:
+        deepspeed = op in DS_OP_BUILD_VARS and (package is None or pip_ds)
+    elif package is not None:
+        deepspeed = pip_ds
+    elif deepspeed_job or any(_DS_EVIDENCE.search(ln) for ln in lines):
+        deepspeed = True
+    else:
+        return BuildSubject(op=None, deepspeed=None, package=None)
+    return BuildSubject(op=op, deepspeed=deepspeed, package=None if pip_ds else package)
 
 
 def _body(line: str) -> str:
@@ -479,17 +606,39 @@ def _avoid_op(op: str, ds_config: Mapping[str, Any] | None) -> tuple[Remedy | No
     return None, f"no config change avoids {op}"
 
 
-def _build_advice(op: str | None) -> str:
-    if op is None:
+def _build_advice(subject: BuildSubject) -> str:
+    """What the user must do once nothing dsguard can change helps, for whoever owns the build.
+
+    DeepSpeed's ops are pre-built at install time by their BUILD_VAR; another package's
+    extension is rebuilt by reinstalling that package against the installed torch (under build
+    isolation pip may build it against another torch from the index, one way to an extension's
+    "undefined symbol"; flash-attn's and mamba's install notes ask for --no-build-isolation)."""
+    env = "compiler, CUDA_HOME matching torch.version.cuda, ninja"
+    if subject.deepspeed:
+        if subject.build_var is None:
+            return (
+                f"fix the build environment ({env}) or pre-build DeepSpeed's ops "
+                "(DS_BUILD_OPS=1 pip install deepspeed)"
+            )
         return (
-            "fix the build environment (compiler, CUDA_HOME matching torch.version.cuda, ninja) "
-            "or pre-build DeepSpeed's ops (DS_BUILD_OPS=1 pip install deepspeed)"
+            f"fix the build environment ({env}) or pre-build the op ({subject.build_var}=1 "
+            "pip install deepspeed --no-cache-dir; `ds_report` shows what is installed)"
         )
-    return (
-        f"fix the build environment (compiler, CUDA_HOME matching torch.version.cuda) or "
-        f"pre-build the op (DS_BUILD_{op.upper()}=1 pip install deepspeed --no-cache-dir; "
-        f"`ds_report` shows what is installed)"
-    )
+    if subject.package is not None:
+        rebuild = (
+            f"fix the build environment ({env}) and rebuild {subject.package} against the "
+            f"installed torch (pip install --no-build-isolation --no-cache-dir "
+            f"--force-reinstall {subject.package})"
+        )
+    else:
+        rebuild = (
+            f"fix the build environment ({env}) and rebuild the extension against the "
+            "installed torch (a JIT-built one after clearing its folder under "
+            "TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions)"
+        )
+    if subject.deepspeed is None:
+        return rebuild
+    return f"{rebuild}; it is not a DeepSpeed op, so no DeepSpeed setting avoids it"
 
 
 def compiler_oom_line(lines: Sequence[str]) -> str | None:
@@ -501,7 +650,7 @@ def compiler_oom_line(lines: Sequence[str]) -> str | None:
     return None
 
 
-def _compiler_oom_advice(what: str, op: str | None, line: str) -> str:
+def _compiler_oom_advice(subject: BuildSubject, line: str) -> str:
     """Why no knob helps when the compiler building an op runs out of memory, and what does.
 
     The job's host memory limit holds for every child of the training process (RLIMIT_AS is
@@ -510,17 +659,22 @@ def _compiler_oom_advice(what: str, op: str | None, line: str) -> str:
     include and source paths) differs from the one in the cache (``TORCH_EXTENSIONS_DIR``,
     default ``~/.cache/torch_extensions``), so Python environments at different paths that
     share one cache rebuild it in turn: a job that started fine can meet the build later."""
-    build = f"DS_BUILD_{op.upper()}=1 pip install deepspeed --no-cache-dir" if op else (
-        "DS_BUILD_OPS=1 pip install deepspeed --no-cache-dir"
-    )  # fmt: skip
+    if subject.deepspeed:
+        var = subject.build_var or "DS_BUILD_OPS"
+        build = f"pre-build it: {var}=1 pip install deepspeed --no-cache-dir"
+    elif subject.package is not None:
+        # torch's cpp_extension runs MAX_JOBS compilers at once (ninja's default otherwise)
+        pkg = subject.package
+        build = f"pre-build it: MAX_JOBS=1 pip install --no-build-isolation --no-cache-dir {pkg}"
+    else:
+        build = "set MAX_JOBS=1, which bounds how many compilers torch's cpp_extension runs"
     return (
-        f"the compiler building {what} ran out of memory ({line}): the job's host memory "
-        "limit holds for the JIT build too, and no batch size or bucket changes what the "
-        "compiler needs; build the op once without the limit (run the job's interpreter "
-        "outside dsguard once, or pre-build it: "
-        f"{build}), and give each Python environment its own TORCH_EXTENSIONS_DIR "
-        "(a cache shared by environments at different paths is rebuilt whenever another one "
-        "loads the op)"
+        f"the compiler building {subject.what} ran out of memory ({line}): the job's host "
+        "memory limit holds for the JIT build too, and no batch size or bucket changes what the "
+        "compiler needs; build it once without the limit (run the job's interpreter outside "
+        f"dsguard once, or {build}), and give each Python environment its own "
+        "TORCH_EXTENSIONS_DIR (a cache shared by environments at different paths is rebuilt "
+        "whenever another one loads the op)"
     )
 
 
@@ -530,11 +684,11 @@ def _ds_build(
     facts: EnvFacts,
     ds_config: Mapping[str, Any] | None,
 ) -> Remedy | GiveUp:
-    op = failing_op(lines)
-    what = f"the {op} op" if op else "a DeepSpeed op"
+    subject = build_subject(lines, deepspeed_job=ds_config is not None)
+    op, what = subject.op, subject.what
     oom = compiler_oom_line(lines)
     if oom is not None:
-        return GiveUp(_compiler_oom_advice(what, op, oom))
+        return GiveUp(_compiler_oom_advice(subject, oom))
     mismatch = is_cuda_mismatch(lines)
     notes: list[str] = []
 
@@ -575,8 +729,8 @@ def _ds_build(
             ),
         )
 
-    # 3. do without the op
-    if op is not None and f"avoid_{op}" not in applied:
+    # 3. do without the op (only DeepSpeed's own: the DeepSpeed config is all dsguard changes)
+    if op is not None and subject.deepspeed and f"avoid_{op}" not in applied:
         remedy, why_not = _avoid_op(op, ds_config)
         if remedy is not None:
             return remedy
@@ -586,13 +740,15 @@ def _ds_build(
     # 4. give up
     err = compiler_error_line(lines)
     tried = sorted(a for a in applied if a in _BUILD_REMEDIES or a.startswith("avoid_"))
-    parts = [f"DeepSpeed could not build {what}"]
+    parts = [
+        f"DeepSpeed could not build {what}" if subject.deepspeed else f"could not build {what}"
+    ]
     if err:
         parts.append(f"first compiler error: {err}")
     if tried:
         parts.append(f"already tried: {', '.join(tried)}")
     parts.extend(notes)
-    parts.append(_build_advice(op))
+    parts.append(_build_advice(subject))
     return GiveUp("; ".join(parts))
 
 
