@@ -19,6 +19,8 @@ Three sets, scored separately:
   (10 logs, two helpers with the sitting's last look-ups, scored once on round 110's rules);
   ``heldout98`` (70 logs, two of round 113's six helpers, not split, scored once on the rules at
   505ebb4; its siblings ``heldout99`` and ``heldout100`` are ``tune98`` and ``tune99``);
+  ``heldout102`` to ``heldout105`` (36, 32, 95 and 90 logs, one pair of round 117's eight
+  helpers each, not split, scored once on the rules at 1359809);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -328,6 +330,10 @@ HELDOUT_SETS = (
     "heldout95",
     "heldout97",
     "heldout98",
+    "heldout102",
+    "heldout103",
+    "heldout104",
+    "heldout105",
 )
 
 

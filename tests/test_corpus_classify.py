@@ -48,9 +48,10 @@ def test_corpus_is_real_and_split() -> None:
     ``tune100`` (each ``tuneN`` the held-out ``heldout(N+1)`` until it was scored once and became
     a tuning set: ``tune3``-``tune5`` in rounds 5-7, ``tuneN`` for N >= 6 in a later round,
     which the corpus README's section of each set names), the held-out ``heldout``,
-    ``heldout2``, ``heldout3``, ``heldout95``, ``heldout97`` and ``heldout98``."""
+    ``heldout2``, ``heldout3``, ``heldout95``, ``heldout97``, ``heldout98`` and ``heldout102`` to
+    ``heldout105``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 5104
+    assert len(failures) >= 5357
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -742,6 +743,12 @@ _FRESH_RECORDS: dict[str, tuple[float, int, float, int]] = {
     # 505ebb4, the sitting's first commit; its siblings heldout99 and heldout100 are now tune98
     # and tune99)
     "heldout98": (0.942, 3, 0.957, 2),  # 66/70 (unknown 4.3%); probable 67/70
+    # round 117's fresh sets (one pair of eight helpers each, not split, scored once on the
+    # rules at 1359809, the sitting's first commit)
+    "heldout102": (0.861, 5, 0.972, 1),  # 31/36 (unknown 13.9%); probable 35/36
+    "heldout103": (0.937, 1, 0.968, 0),  # 30/32 (unknown 3.1%); probable 31/32
+    "heldout104": (0.947, 3, 0.957, 2),  # 90/95 (unknown 3.2%); probable 91/95
+    "heldout105": (0.888, 8, 0.955, 0),  # 80/90 (unknown 8.9%); probable 86/90
 }
 
 
