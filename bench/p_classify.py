@@ -8,7 +8,8 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` to ``tune93``, ``tune95`` and ``tune98`` to ``tune100``: each ``tuneN`` was
+  README); ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to ``tune100``, ``tune103`` and
+  ``tune104``: each ``tuneN`` was
   the fresh held-out set ``heldout(N+1)``, scored on the rules of its day (once, except
   ``heldout5``, scored twice; from ``heldout12`` on, gathered while the previous round's rules
   were written and merged after they froze), then made a tuning set (``tune3``-``tune5`` in
@@ -19,8 +20,9 @@ Three sets, scored separately:
   (10 logs, two helpers with the sitting's last look-ups, scored once on round 110's rules);
   ``heldout98`` (70 logs, two of round 113's six helpers, not split, scored once on the rules at
   505ebb4; its siblings ``heldout99`` and ``heldout100`` are ``tune98`` and ``tune99``);
-  ``heldout102`` to ``heldout105`` (36, 32, 95 and 90 logs, one pair of round 117's eight
-  helpers each, not split, scored once on the rules at 1359809);
+  ``heldout102`` and ``heldout103`` (36 and 32 logs, one pair of round 117's eight helpers
+  each, not split, scored once on the rules at 1359809; their siblings ``heldout104`` and
+  ``heldout105`` are ``tune103`` and ``tune104``);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -322,6 +324,8 @@ TUNING_SETS = (
     "tune98",
     "tune99",
     "tune100",
+    "tune103",
+    "tune104",
 )
 HELDOUT_SETS = (
     "heldout",
@@ -332,8 +336,6 @@ HELDOUT_SETS = (
     "heldout98",
     "heldout102",
     "heldout103",
-    "heldout104",
-    "heldout105",
 )
 
 

@@ -44,12 +44,13 @@ def _score(group: str) -> Score:
 
 def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
-    tuning splits ``tune``, ``tune2``, ``tune3`` to ``tune93``, ``tune95`` and ``tune98`` to
-    ``tune100`` (each ``tuneN`` the held-out ``heldout(N+1)`` until it was scored once and became
-    a tuning set: ``tune3``-``tune5`` in rounds 5-7, ``tuneN`` for N >= 6 in a later round,
-    which the corpus README's section of each set names), the held-out ``heldout``,
-    ``heldout2``, ``heldout3``, ``heldout95``, ``heldout97``, ``heldout98`` and ``heldout102`` to
-    ``heldout105``."""
+    tuning splits ``tune``, ``tune2``, ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to
+    ``tune100``, ``tune103`` and ``tune104`` (each ``tuneN`` the held-out ``heldout(N+1)``
+    until it was scored once and became a tuning set: ``tune3``-``tune5`` in rounds 5-7,
+    ``tuneN`` for N >= 6 in a later round, which the corpus README's section of each set
+    names), the held-out ``heldout``,
+    ``heldout2``, ``heldout3``, ``heldout95``, ``heldout97``, ``heldout98``, ``heldout102`` and
+    ``heldout103``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 5357
     assert len({c.label for c in failures}) == 12
@@ -691,6 +692,14 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # tuning set since round 116, whose rules took it to 45/46 (tests/test_classify_round116.py;
     # the one left: a label the corpus does not agree on, _IMPRECISE).
     "tune100": (0.978, 0),
+    # tune103 (95 logs, two of round 117's eight helpers, not split, scored once on the rules at
+    # 1359809): 90/95 = 94.7% (unknown 3.2%), its record as a held-out set. A tuning set since
+    # round 118.
+    "tune103": (0.947, 3),
+    # tune104 (90 logs, two of round 117's eight helpers, not split, scored once on the rules at
+    # 1359809): 80/90 = 88.9% (unknown 8.9%), its record as a held-out set. A tuning set since
+    # round 118.
+    "tune104": (0.888, 8),
 }
 
 
@@ -744,11 +753,10 @@ _FRESH_RECORDS: dict[str, tuple[float, int, float, int]] = {
     # and tune99)
     "heldout98": (0.942, 3, 0.957, 2),  # 66/70 (unknown 4.3%); probable 67/70
     # round 117's fresh sets (one pair of eight helpers each, not split, scored once on the
-    # rules at 1359809, the sitting's first commit)
+    # rules at 1359809, the sitting's first commit; their siblings heldout104 and heldout105 are
+    # now tune103 and tune104)
     "heldout102": (0.861, 5, 0.972, 1),  # 31/36 (unknown 13.9%); probable 35/36
     "heldout103": (0.937, 1, 0.968, 0),  # 30/32 (unknown 3.1%); probable 31/32
-    "heldout104": (0.947, 3, 0.957, 2),  # 90/95 (unknown 3.2%); probable 91/95
-    "heldout105": (0.888, 8, 0.955, 0),  # 80/90 (unknown 8.9%); probable 86/90
 }
 
 
