@@ -694,12 +694,16 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     "tune100": (0.978, 0),
     # tune103 (95 logs, two of round 117's eight helpers, not split, scored once on the rules at
     # 1359809): 90/95 = 94.7% (unknown 3.2%), its record as a held-out set. A tuning set since
-    # round 118.
-    "tune103": (0.947, 3),
+    # round 118, whose rules took it to 91/95 (tests/test_classify_round118.py; left: two
+    # TensorFlow OOMs naming no device, not guessed, and two "No CUDA GPUs are available"
+    # labelled user errors where tune18's copy is cuda_fatal, a label the corpus does not agree
+    # on).
+    "tune103": (0.957, 2),
     # tune104 (90 logs, two of round 117's eight helpers, not split, scored once on the rules at
     # 1359809): 80/90 = 88.9% (unknown 8.9%), its record as a held-out set. A tuning set since
-    # round 118.
-    "tune104": (0.888, 8),
+    # round 118, whose rules took it to 86/90 (left: three TensorFlow OOMs naming no device and
+    # a DGL library check).
+    "tune104": (0.955, 4),
 }
 
 

@@ -310,6 +310,8 @@ _TRIGGERS: tuple[str, ...] = (
     ".cu:",  # NCCL 2.4-2.7's error-return trace "NCCL INFO init.cu:864 -> 2" (SystemError)
     "not altered the graph",  # TF Saver.restore's advice, pasted without its head
     "block: [",  # a device-side assert's head, "Loss.cu:240: <kernel>: block: [0,0,0], ..."
+    "annot find primary config",  # Hydra's MissingConfigException, printed without its class
+    "cannot be multiplied",  # torch's "mat1 and mat2 shapes cannot be multiplied (...)", bare
     "evice-side assert",  # HIP "Device-side assertion `...' failed."
     "size mismatch",  # load_state_dict, printed indented under its RuntimeError
     "osix_memalign",  # old CPUAllocator wording "posix_memalign(&data, ...) == 0. 12 vs 0"
@@ -871,6 +873,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the code 2 a copy raises instead of the text ("RuntimeError: CUDA kernel failed :
             # 700", StructuralLosses' match_cost in luost26/diffusion-point-cloud#12)
             r"\bCUDA kernel failed : (?:out of memory\b|2\s*$)",
+            # (round 118, tune104) spconv 1.x's TV_CHECK_CUDA_ERR, as mmdet3d and the 3D
+            # detectors that vendor it build it (include/tensorview/tensorview.h: the file and
+            # line, then "cuda execution failed with error " << cudaGetLastError(), the code as a
+            # number; spconv 2 adds cudaGetErrorString after it): code 2, cudaErrorMemoryAllocation
+            # ("mmdet3d/ops/spconv/src/indice_cuda.cu 124" / "cuda execution failed with error
+            # 2", fixed by a smaller samples_per_gpu; ADLab-AutoDrive/BEVFusion#28)
+            r"\bcuda execution failed with error 2(?![\d.])",
             # (round 77, tune74) OpenCL's device allocation failing, as boost.compute words
             # CL_MEM_OBJECT_ALLOCATION_FAILURE ("terminate called after throwing an instance of
             # 'boost::wrapexcept<boost::compute::opencl_error>'  what():  Memory Object
@@ -2114,12 +2123,20 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # "loss: [nan]", PaddlePaddle/PaddleSlim#1582)
             # (round 49, tune46: also under a statistic's path, the tabular logger of rllab and
             # rlpyt, "model_loss/Average              nan", juliusfrost/dreamer-pytorch#82)
-            r"(?i:\b\w*loss\w*(?:/\w+)?['\"\]\s:=|]{1,40}(?:tensor\(|\[)?nanx*\b)",
+            # (round 118, tune104: also with the step in brackets after the name, as a script's
+            # own print puts it, "train_batch_loss[ 6590 ]:  nan", GitYCC/crnn-pytorch#7)
+            r"(?i:\b\w*loss\w*(?:/\w+)?(?:\[ *\d+ *\])?['\"\]\s:=|]{1,40}(?:tensor\(|\[)?nanx*\b)",
             # (round 114, tune99) ... and a loss logged as its named parts, the first NaN
             # ("loss: total: nan, xy: 3.49, wh: 566.76, conf: nan, class: nan", YOLOv3_TensorFlow's
             # train.py, whose own guard then raises "ArithmeticError: Gradient exploded!";
             # wizyoung/YOLOv3_TensorFlow#75)
             r"(?i:\bloss: [a-z_]+: nan\b)",
+            # (round 118, tune104) a policy-gradient run's own statistics of its policy gone NaN,
+            # the KL divergence between updates and the policy's entropy ("Surrogate loss:
+            # 14.11 KL divergence: nan Entropy: nan", every epoch after 7.4 M steps; benelot/
+            # pybullet-gym#10; stable-baselines3's "approx_kl" row): the network's outputs are
+            # NaN, whatever the surrogate loss still prints
+            r"(?i:\b(?:KL divergence|approx_?kl|entropy)\b['\"\]\s:=|]{1,40}-?nan\b)",
             # (round 49, tune46) a loss metric named for its function rather than "loss": MXNet
             # Gluon's metric.Loss instances as GluonCV's scripts name them ("CrossEntropy=nan,
             # SmoothL1=nan", dmlc/gluon-cv#142), and a perplexity, the exponential of a loss
@@ -2278,6 +2295,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (erikwijmans/Pointnet2_PyTorch#121, yuxumin/PoinTr#5), or a code (700, an illegal
             # address)
             r"\bCUDA kernel failed : (?!out of memory\b|2\s*$)\S",
+            # (round 118, tune104) ... and any other code through spconv's check (above, with
+            # its code 2): 700 is an illegal address, 98 an invalid device function
+            r"\bcuda execution failed with error (?!2(?![\d.]))\d+",
             r"CUDA driver error:",
             # (round 38, tune35) FlashInfer's FLASHINFER_CUDA_CALL (include/flashinfer/utils.cuh:
             # std::cerr << "CUDA Error: " << cudaGetErrorString(e) << " (" << e << ") " <<
@@ -2984,6 +3004,18 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (ashleve/lightning-hydra-template#350). The chained cause, when printed, is read
             # first and outranks it (a build error importing an op stays a build error).
             r"\bError locating target '[^']+'",
+            # (round 118, tune104) ... and Hydra not finding the job's primary config
+            # (hydra/_internal/config_loader_impl.py MissingConfigException: "Cannot find
+            # primary config 'train'. Check that it's in your config search path." since 1.1,
+            # "Cannot find primary config file: train.yaml" before; printed without its class
+            # unless HYDRA_FULL_ERROR=1; atomistic-machine-learning/schnetpack-gschnet#16, a
+            # schnetpack release that moved its configs): the job's config or install
+            r"\bCannot find primary config (?:'[^']+'|file: \S)",
+            # (round 118, tune103) torch's matmul shape check pasted without its RuntimeError,
+            # the message first (aten/src/ATen/native/LinearAlgebra.cpp: "mat1 and mat2 shapes
+            # cannot be multiplied (512x2048 and 768x768)", a projection built for 768-d
+            # features fed 2048-d ones; WissingChen/CRA-GQA#14): the model's or data's shapes
+            r"\bmat1 and mat2 shapes cannot be multiplied \(\d+x\d+ and \d+x\d+\)",
             # (round 22) Hydra overriding a key the config does not have (its
             # ConfigCompositionException "Could not override 'trainer.gpus'.", OmegaConf's
             # "Key 'gpus' is not in struct"; lazaratan/dyn-gfn#8) and the interpreter's own
@@ -3197,6 +3229,10 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # (round 61, tune58) GNU xargs on a child a signal ended ("xargs: /worker/venv/bin/python:
     # terminated by signal 9", alibaba/EasyRec#60)
     (re.compile(r"^xargs: \S+: terminated by signal (\d+)"), None),
+    # (round 118, tune104) GNU time's report of a child a signal ended (time.c: "Command
+    # terminated by signal %d", then its resource table; tesseract-ocr/tesseract#2016, an
+    # lstmtraining run at a 16 GB maximum resident set that the maintainer calls memory)
+    (re.compile(r"^\s*Command terminated by signal (\d+)\b"), None),
     (re.compile(r"^zsh: killed\b"), 9),
     # (round 87, tune81) the shell's "Killed" written over a progress line the program ended
     # with a carriage return, the rest of that line left after it ("Killedg in train batch:

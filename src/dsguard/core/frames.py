@@ -227,6 +227,17 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"load_file|load|load_model"),
         _CHECKPOINT_EXC,
     ),
+    # (issue 12, round 118, tune104) fvcore's Checkpointer and detectron2's
+    # DetectionCheckpointer, which only find and read the weights a config names: _load_file
+    # reads a ".pkl" with plain pickle, so a torch.save file there raises UnpicklingError
+    # ("A load persistent id instruction ...", cut in the paste; facebookresearch/detectron2
+    # #2881, MoCo's converted weights named .pkl)
+    (
+        "checkpoint_error",
+        re.compile(r"/fvcore/common/checkpoint\.py$|/detectron2/checkpoint/\w+\.py$"),
+        re.compile(r"load|_load_file|_load_model|resume_or_load|_convert_ndarray_to_tensor"),
+        _CHECKPOINT_EXC,
+    ),
     (
         "checkpoint_error",
         re.compile(r"/deepspeed/runtime/engine\.py$"),
