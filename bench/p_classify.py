@@ -22,7 +22,8 @@ Three sets, scored separately:
   505ebb4; its siblings ``heldout99`` and ``heldout100`` are ``tune98`` and ``tune99``);
   ``heldout102`` and ``heldout103`` (36 and 32 logs, one pair of round 117's eight helpers
   each, not split, scored once on the rules at 1359809; their siblings ``heldout104`` and
-  ``heldout105`` are ``tune103`` and ``tune104``);
+  ``heldout105`` are ``tune103`` and ``tune104``); ``heldout106`` (15 logs, two helpers with
+  the sitting's last 80 look-ups, scored once on round 118's rules at 37f2f5f);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -336,6 +337,7 @@ HELDOUT_SETS = (
     "heldout98",
     "heldout102",
     "heldout103",
+    "heldout106",
 )
 
 
