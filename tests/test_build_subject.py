@@ -67,6 +67,17 @@ def test_build_subject_names_the_owner(name: str, what: str, deepspeed: bool) ->
     assert subject.deepspeed is deepspeed
 
 
+def test_pip_names_the_build_that_failed_not_one_that_finished() -> None:
+    lines = [
+        "  Building wheel for flash-attn (setup.py) ... done",
+        "  Building wheel for causal-conv1d (setup.py) ... error",
+        "  error: subprocess-exited-with-error",
+    ]
+    assert build_subject(lines).package == "causal-conv1d"
+    verdict = [*lines, "Failed to build mamba-ssm causal-conv1d"]
+    assert build_subject(verdict).package == "mamba-ssm"  # pip's own verdict comes first
+
+
 def test_a_missing_runtime_library_is_no_extension_and_an_unnamed_build_is_nobodys() -> None:
     missing = ["ImportError: libcudart.so.12: cannot open shared object file: No such file"]
     assert build_subject(missing).op is None

@@ -262,15 +262,19 @@ DS_OP_BUILD_VARS: dict[str, str] = {
     "transformer_inference": "DS_BUILD_TRANSFORMER_INFERENCE",
     "utils": "DS_BUILD_UTILS",
 }
-# pip naming the package whose build failed (pip's wheel.py / req_install.py wordings, old and
-# new): a log of apex, mamba-ssm or tiny-cuda-nn failing to build is ds_build_error's kind of
-# failure, but not DeepSpeed's, and advice to pre-build a DeepSpeed op would send the user the
-# wrong way (nerfstudio#844's tiny-cuda-nn build is such a log).
-_PIP_BUILD = re.compile(
+# pip naming the package whose build failed (its wordings old and new): apex, mamba-ssm or
+# tiny-cuda-nn failing to build is ds_build_error's kind of failure but not DeepSpeed's, and
+# advice to pre-build a DeepSpeed op would send the user the wrong way (NVIDIA/apex#1531's
+# "Failed building wheel for apex"). pip's verdict names the package that failed; without one
+# (a cut paste), the last build pip started is the one that was running (an earlier "Building
+# wheel for x ... done" succeeded).
+_PIP_FAILED = re.compile(
     r"Failed to build ([A-Za-z0-9][\w.-]*)"
     r"|Failed building wheel for ([A-Za-z0-9][\w.-]*)"
     r"|Could not build wheels for ([A-Za-z0-9][\w.-]*)"
-    r"|Running setup\.py (?:install|develop) for ([A-Za-z0-9][\w.-]*)"
+)
+_PIP_BUILDING = re.compile(
+    r"Running setup\.py (?:install|develop) for ([A-Za-z0-9][\w.-]*)"
     r"|Building wheel for ([A-Za-z0-9][\w.-]*) \((?:setup\.py|pyproject\.toml)\)"
 )
 # A compiled extension module that will not load, outside DeepSpeed's op folders (those are
@@ -316,6 +320,16 @@ class BuildSubject:
         return DS_OP_BUILD_VARS.get(self.op) if self.deepspeed and self.op else None
 
 
+def _pip_package(lines: Sequence[str]) -> str | None:
+    bodies = [_body(ln) for ln in lines]
+    for b in bodies:
+        m = _PIP_FAILED.search(b)
+        if m is not None:
+            return next(g for g in m.groups() if g)
+    started = [m for b in bodies if (m := _PIP_BUILDING.search(b)) is not None]
+    return next(g for g in started[-1].groups() if g) if started else None
+
+
 def build_subject(lines: Sequence[str], *, deepspeed_job: bool = False) -> BuildSubject:
     """Whose build failed: a DeepSpeed op, another package's extension, or an unnamed one.
 
@@ -333,12 +347,7 @@ def build_subject(lines: Sequence[str], *, deepspeed_job: bool = False) -> Build
             if ds is not None:
                 return BuildSubject(op=ds.group(1), deepspeed=True, package=None)
             op = built[-1]
-    package: str | None = None
-    for line in lines:
-        m = _PIP_BUILD.search(_body(line))
-        if m is not None:
-            package = next(g for g in m.groups() if g)
-            break
+    package = _pip_package(lines)
     pip_ds = package is not None and package.lower() == "deepspeed"
     if op is not None:
         deepspeed = op in DS_OP_BUILD_VARS and (package is None or pip_ds)
