@@ -88,32 +88,28 @@ def test_a_missing_runtime_library_is_no_extension_and_an_unnamed_build_is_nobod
     assert build_subject(bare, deepspeed_job=True).deepspeed is True
 
 
-def test_another_packages_build_gets_that_packages_advice_not_deepspeeds() -> None:
+def _advice(name: str) -> str:
+    """What a DeepSpeed job is told after the build in corpus log ``name`` (no remedy applies on
+    a host without a toolkit, so the first answer is the give-up)."""
     got = next_remedy(
-        FailureKind.DS_BUILD_ERROR,
-        _lines("h20e-pip-apex-nvcc-static-cast-1531.log"),
-        frozenset(),
-        NO_TOOLKIT,
-        ds_config=ADAMW_CFG,
+        FailureKind.DS_BUILD_ERROR, _lines(name), frozenset(), NO_TOOLKIT, ds_config=ADAMW_CFG
     )
     assert isinstance(got, GiveUp), got
-    assert got.reason.startswith("could not build apex's compiled extension")
-    assert "pip install --no-build-isolation --no-cache-dir --force-reinstall apex" in got.reason
-    assert "no DeepSpeed setting avoids it" in got.reason
-    assert "DS_BUILD" not in got.reason and "pip install deepspeed" not in got.reason
+    return got.reason
+
+
+def test_another_packages_build_gets_that_packages_advice_not_deepspeeds() -> None:
+    reason = _advice("h20e-pip-apex-nvcc-static-cast-1531.log")
+    assert reason.startswith("could not build apex's compiled extension")
+    assert "pip install --no-build-isolation --no-cache-dir --force-reinstall apex" in reason
+    assert "no DeepSpeed setting avoids it" in reason
+    assert "DS_BUILD" not in reason and "pip install deepspeed" not in reason
 
 
 def test_async_io_advice_names_the_variable_deepspeed_reads() -> None:
-    got = next_remedy(
-        FailureKind.DS_BUILD_ERROR,
-        _lines("pytest-e-unable-to-jit-load-async-io-1037.log"),
-        frozenset(),
-        NO_TOOLKIT,
-        ds_config=ADAMW_CFG,
-    )
-    assert isinstance(got, GiveUp), got
-    assert "DS_BUILD_AIO=1 pip install deepspeed" in got.reason
-    assert "DS_BUILD_ASYNC_IO" not in got.reason
+    reason = _advice("pytest-e-unable-to-jit-load-async-io-1037.log")
+    assert "DS_BUILD_AIO=1 pip install deepspeed" in reason
+    assert "DS_BUILD_ASYNC_IO" not in reason
 
 
 def test_every_corpus_build_log_gets_advice_for_its_owner() -> None:
