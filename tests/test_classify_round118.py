@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsguard.core.classify import FailureKind
+from dsguard.core.classify import FailureKind, classify_text
 from tests.test_classify_round7 import kind, read_as
 
 K = FailureKind
@@ -122,3 +122,17 @@ def test_round118_messages(text: str, expected: FailureKind) -> None:
 )
 def test_round118_near_misses(text: str, not_expected: FailureKind) -> None:
     assert read_as(text) is not not_expected
+
+
+def test_no_visible_gpu_is_not_retried_and_names_the_device_mask() -> None:
+    """torch's "No CUDA GPUs are available" stays cuda_fatal (the corpus's earlier label, see
+    the module docstring), but an unchanged retry sees the same CUDA_VISIBLE_DEVICES and the
+    same driver, so the verdict says so and names where to look (the real log of
+    thuml/Anomaly-Transformer#74, tune103)."""
+    v = classify_text("RuntimeError: No CUDA GPUs are available\n", exit_code=1)
+    assert v is not None and v.kind is K.CUDA_FATAL
+    assert v.retry_helps is False
+    assert v.hint is not None and "CUDA_VISIBLE_DEVICES" in v.hint
+    # an illegal address may be the hardware's once: still retried, with no such hint
+    w = classify_text("RuntimeError: CUDA error: an illegal memory access was encountered\n", 1)
+    assert w is not None and w.retry_helps is True and w.hint is None

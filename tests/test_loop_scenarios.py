@@ -155,6 +155,15 @@ def check_retry_budget(o: Outcome) -> None:
     assert done["kind"] == "nccl_error" and "retry budget 2" in done["reason"]
 
 
+def check_deterministic_device_fault(o: Outcome) -> None:
+    """A GPU fault an unchanged relaunch meets again (no GPU visible) ends the run after one
+    attempt, naming where to look, instead of spending cuda_fatal's same-config retry."""
+    assert o.code == 1 and len(o.named("attempt_started")) == 1
+    done = o.terminal()
+    assert done["kind"] == "cuda_fatal" and "unchanged retry meets the same fault" in done["reason"]
+    assert "CUDA_VISIBLE_DEVICES" in done["reason"]
+
+
 def check_max_attempts(o: Outcome) -> None:
     assert o.code == 1
     done = o.terminal()
@@ -326,6 +335,10 @@ SCENARIOS = [
              [Script(lines=((1.0, "torch.distributed.DistBackendError: NCCL error in: x.cpp:1,"
                                   " unhandled system error"),), exit_code=1, exit_at_s=2.0)] * 3,
              check_retry_budget),
+    Scenario("no_visible_gpu_is_not_retried",
+             [Script(lines=((1.0, "RuntimeError: No CUDA GPUs are available"),), exit_code=1,
+                     exit_at_s=1.5)] * 2,
+             check_deterministic_device_fault),
     Scenario("max_attempts_reached", [oom_attempt()] * 2, check_max_attempts,
              job={"limits": {"max_attempts": 2}}),
     Scenario("preflight_refuses_a_later_rung", [oom_attempt()], check_preflight_later_rung,

@@ -252,6 +252,23 @@ def test_transient_kinds_retry_within_budget(kind: FailureKind, budget: int) -> 
             assert isinstance(d, GiveUp) and "without a new checkpoint" in d.reason
 
 
+def test_a_retry_the_verdict_says_cannot_help_is_not_spent() -> None:
+    """cuda_fatal's same-config retry only where the verdict says an unchanged relaunch can
+    help (an illegal address may be the hardware's once; a build without the GPU's
+    architecture is not); a checkpoint error's retry quarantines the checkpoint first, so it
+    is not unchanged and stays."""
+    h = [_rec(1, FailureKind.CUDA_FATAL)]
+    d = decide(FailureKind.CUDA_FATAL, knobs=Knobs(8), positions={}, history=h, cfg=cfg())
+    assert isinstance(d, Relaunch)
+    d = decide(FailureKind.CUDA_FATAL, knobs=Knobs(8), positions={}, history=h, cfg=cfg(),
+               retry_helps=False, hint="rebuild for sm_90")  # fmt: skip
+    assert isinstance(d, GiveUp) and d.reason.endswith("the same fault; rebuild for sm_90")
+    h = [_rec(1, FailureKind.CHECKPOINT_ERROR)]
+    d = decide(FailureKind.CHECKPOINT_ERROR, knobs=Knobs(8), positions={}, history=h, cfg=cfg(),
+               retry_helps=False)  # fmt: skip
+    assert isinstance(d, Relaunch) and d.quarantine_resumed_checkpoint
+
+
 def test_progress_resets_the_retry_budget() -> None:
     """A new checkpoint between NCCL errors means the job is moving: keep retrying."""
     h = [_rec(1, FailureKind.NCCL_ERROR), _rec(2, FailureKind.NCCL_ERROR),

@@ -4815,7 +4815,12 @@ _CUDA_DETERMINISTIC = re.compile(
     r"|kernel image is invalid|PTX was compiled with an unsupported toolchain"
     r"|PTX codegen error|invalid device function"
     r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
+    # (round 118) torch finding no device at all: CUDA_VISIBLE_DEVICES naming a GPU the machine
+    # lacks (mazurowski-lab/finetune-SAM#18, thuml/Anomaly-Transformer#74: a script's fixed GPU
+    # id) or a device the driver lost; an unchanged retry sees the same mask and the same driver
+    r"|No CUDA GPUs are available"
 )
+_NO_GPU_VISIBLE = re.compile(r"No CUDA GPUs are available")
 
 
 def _retry_helps(kind: FailureKind, lead: Sequence[Evidence]) -> bool:
@@ -4830,6 +4835,12 @@ _PORT_IN_USE = _rx(*_PORT_HELD)
 
 def _hint(kind: FailureKind, lead: Sequence[Evidence]) -> str | None:
     """What the user should change, when the evidence names it."""
+    if kind is FailureKind.CUDA_FATAL and any(_NO_GPU_VISIBLE.search(ev.text) for ev in lead):
+        return (
+            "the process sees no GPU: check CUDA_VISIBLE_DEVICES in the job's environment and "
+            "its scripts (an id the machine lacks hides every GPU), then nvidia-smi for a device "
+            "the driver has lost"
+        )
     if kind is not FailureKind.USER_CODE_ERROR:
         return None
     if any(_PORT_IN_USE.search(ev.text) for ev in lead):

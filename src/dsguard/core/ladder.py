@@ -319,6 +319,8 @@ def decide(
     cfg: PolicyConfig,
     remedy_ctx: RemedyContext | None = None,
     evidence: MoveEvidence | None = None,
+    retry_helps: bool = True,
+    hint: str | None = None,
 ) -> Decision:
     """What to do after an attempt failed with ``kind``.
 
@@ -332,6 +334,9 @@ def decide(
             up with advice.
         evidence: the OOM figures and estimator of the failed attempt: a default (not
             job-file) ladder then picks its move by them (``core.evidence``), not by order.
+        retry_helps: the verdict's word on an *unchanged* relaunch
+            (:attr:`dsguard.core.classify.Failure.retry_helps`); ``hint``, what it says to
+            change. A kind's same-config retry is spent only where it can help.
     """
     attempts_done = len(history)
     if attempts_done >= cfg.limits.max_attempts:
@@ -368,6 +373,13 @@ def decide(
         )
 
     budget = RETRY_BUDGET.get(kind)
+    if budget is not None and not retry_helps and kind is not FailureKind.CHECKPOINT_ERROR:
+        # The verdict says an unchanged relaunch meets the same fault (a build without the
+        # GPU's architecture, a driver too old, a device-side assert at the same batch, no GPU
+        # visible): the retry would spend an attempt and a model load to show it again. A
+        # checkpoint error's retry is not unchanged (the checkpoint is quarantined first).
+        why = f"; {hint}" if hint else ""
+        return GiveUp(f"{kind}: an unchanged retry meets the same fault{why}")
     if budget is not None:
         used = _failures_since_progress(history, kind)
         if used > budget:

@@ -153,4 +153,5 @@ def judge(
     return decide(
         failure.kind, knobs=ledger.knobs, positions=ledger.positions, history=ledger.history,
         cfg=cfg_now, remedy_ctx=remedy_ctx, evidence=evidence,
+        retry_helps=failure.retry_helps, hint=failure.hint,
     )  # fmt: skip
