@@ -136,3 +136,20 @@ def test_no_visible_gpu_is_not_retried_and_names_the_device_mask() -> None:
     # an illegal address may be the hardware's once: still retried, with no such hint
     w = classify_text("RuntimeError: CUDA error: an illegal memory access was encountered\n", 1)
     assert w is not None and w.retry_helps is True and w.hint is None
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("RuntimeError: The NVIDIA driver on your system is too old (found version 10010).",
+         "update the driver"),
+        ("RuntimeError: CUDA error: no kernel image is available for execution on the device",
+         "TORCH_CUDA_ARCH_LIST"),
+        ("RuntimeError: CUDA error: device-side assert triggered", "CUDA_LAUNCH_BLOCKING=1"),
+    ],
+)  # fmt: skip
+def test_each_deterministic_device_fault_names_its_fix(line: str, words: str) -> None:
+    """What the give-up says for the CUDA faults an unchanged retry meets again."""
+    v = classify_text(line + "\n", exit_code=1)
+    assert v is not None and v.kind is K.CUDA_FATAL and v.retry_helps is False
+    assert v.hint is not None and words in v.hint

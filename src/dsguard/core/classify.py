@@ -4821,6 +4821,37 @@ _CUDA_DETERMINISTIC = re.compile(
     r"|No CUDA GPUs are available"
 )
 _NO_GPU_VISIBLE = re.compile(r"No CUDA GPUs are available")
+#: What to change for the deterministic CUDA faults, by what the lead lines say (first match):
+#: each is the standard fix for its message, as torch's and NVIDIA's docs give it.
+_CUDA_FATAL_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        _NO_GPU_VISIBLE,
+        "the process sees no GPU: check CUDA_VISIBLE_DEVICES in the job's environment and its "
+        "scripts (an id the machine lacks hides every GPU), then nvidia-smi for a device the "
+        "driver has lost",
+    ),
+    (
+        re.compile(r"too old|insufficient for CUDA runtime|PTX was compiled with an unsupported"),
+        "the NVIDIA driver is older than the CUDA runtime the job's torch was built with: "
+        "update the driver, or install a torch build for the driver's CUDA version",
+    ),
+    (
+        re.compile(
+            r"no kernel image|NoKernelImage|NoBinaryForGpu|kernel image is invalid"
+            r"|invalid device function|kernels for this GPU|support this GPU"
+            r"|not compatible with the current PyTorch|PTX codegen error"
+        ),
+        "a kernel was not built for this GPU's architecture: install a torch (or rebuild the "
+        "extension, with TORCH_CUDA_ARCH_LIST naming this GPU) that supports its compute "
+        "capability",
+    ),
+    (
+        re.compile(r"[Aa]ssert"),
+        "a device-side assert is an index out of range in the model or the data (labels >= "
+        "the number of classes, token ids >= the vocabulary size): rerun with "
+        "CUDA_LAUNCH_BLOCKING=1 to see the op that raised it",
+    ),
+)
 
 
 def _retry_helps(kind: FailureKind, lead: Sequence[Evidence]) -> bool:
@@ -4835,12 +4866,11 @@ _PORT_IN_USE = _rx(*_PORT_HELD)
 
 def _hint(kind: FailureKind, lead: Sequence[Evidence]) -> str | None:
     """What the user should change, when the evidence names it."""
-    if kind is FailureKind.CUDA_FATAL and any(_NO_GPU_VISIBLE.search(ev.text) for ev in lead):
-        return (
-            "the process sees no GPU: check CUDA_VISIBLE_DEVICES in the job's environment and "
-            "its scripts (an id the machine lacks hides every GPU), then nvidia-smi for a device "
-            "the driver has lost"
-        )
+    if kind is FailureKind.CUDA_FATAL:
+        for rx, hint in _CUDA_FATAL_HINTS:
+            if any(rx.search(ev.text) for ev in lead):
+                return hint
+        return None
     if kind is not FailureKind.USER_CODE_ERROR:
         return None
     if any(_PORT_IN_USE.search(ev.text) for ev in lead):
