@@ -54,8 +54,8 @@ RETRY_BUDGET: dict[FailureKind, int] = {
 #: Deterministic failures: why no config change dsguard owns can fix them (today).
 GIVE_UP_ADVICE: dict[FailureKind, str] = {
     FailureKind.DS_BUILD_ERROR: (
-        "DeepSpeed failed to build an op; fix the build environment (CUDA_HOME, compiler) or "
-        "pre-build the ops"
+        "an op or compiled extension failed to build or load; fix the build environment "
+        "(CUDA_HOME, compiler) or pre-build it"
     ),
     FailureKind.DS_CONFIG_ERROR: "the DeepSpeed config is rejected; fix the config and restart",
     FailureKind.LOSS_DIVERGENCE: (
