@@ -153,3 +153,26 @@ def test_each_deterministic_device_fault_names_its_fix(line: str, words: str) ->
     v = classify_text(line + "\n", exit_code=1)
     assert v is not None and v.kind is K.CUDA_FATAL and v.retry_helps is False
     assert v.hint is not None and words in v.hint
+
+
+@pytest.mark.parametrize(
+    ("line", "retry_helps"),
+    [
+        # torch >= 2.1 ends every CUDA error with its DSA advice; an ECC error may be the
+        # hardware's once (h24d-other-aitoolkit-runpod-ecc-uncorrectable-470, tune23)
+        ("CUDA error: uncorrectable ECC error encountered Search for `cudaErrorECCUncorrectable' "
+         "in https://docs.nvidia.com/cuda/ for more information. CUDA kernel errors might be "
+         "asynchronously reported at some other API call, so the stacktrace below might be "
+         "incorrect. For debugging consider passing CUDA_LAUNCH_BLOCKING=1 Compile with "
+         "`TORCH_USE_CUDA_DSA` to enable device-side assertions.", True),
+        # a device-side assert (torch's CUDA_KERNEL_ASSERT) recurs at the same batch
+        ("../aten/src/ATen/native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: "
+         "block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.", False),
+    ],
+)  # fmt: skip
+def test_a_device_side_assert_is_its_own_report_not_torchs_suffix(
+    line: str, retry_helps: bool
+) -> None:
+    v = classify_text(line + "\n", exit_code=1)
+    assert v is not None and v.kind is K.CUDA_FATAL and v.retry_helps is retry_helps
+    assert (v.hint is None) is retry_helps

@@ -4808,21 +4808,16 @@ _RETRY_HELPS = frozenset(
     {FailureKind.NCCL_ERROR, FailureKind.KILLED_EXTERNALLY, FailureKind.HANG,
      FailureKind.UNKNOWN}
 )  # fmt: skip
-# CUDA faults an unchanged retry cannot fix: the driver or the build does not fit the GPU,
-# or the code indexes out of range (a device-side assert recurs at the same batch).
-_CUDA_DETERMINISTIC = re.compile(
-    r"too old|insufficient for CUDA runtime|no kernel image|NoKernelImage|NoBinaryForGpu|[Aa]ssert"
-    r"|kernel image is invalid|PTX was compiled with an unsupported toolchain"
-    r"|PTX codegen error|invalid device function"
-    r"|not compatible with the current PyTorch|kernels for this GPU|support this GPU"
-    # (round 118) torch finding no device at all: CUDA_VISIBLE_DEVICES naming a GPU the machine
-    # lacks (mazurowski-lab/finetune-SAM#18, thuml/Anomaly-Transformer#74: a script's fixed GPU
-    # id) or a device the driver lost; an unchanged retry sees the same mask and the same driver
-    r"|No CUDA GPUs are available"
-)
 _NO_GPU_VISIBLE = re.compile(r"No CUDA GPUs are available")
-#: What to change for the deterministic CUDA faults, by what the lead lines say (first match):
-#: each is the standard fix for its message, as torch's and NVIDIA's docs give it.
+#: CUDA faults an unchanged retry cannot fix, by what the lead lines say (first match), each
+#: with the standard fix for its message as torch's and NVIDIA's docs give it: the driver or the
+#: build does not fit the GPU, the code indexes out of range (a device-side assert recurs at the
+#: same batch), or (round 118) no device is visible at all (CUDA_VISIBLE_DEVICES naming a GPU
+#: the machine lacks, mazurowski-lab/finetune-SAM#18 and thuml/Anomaly-Transformer#74; or a
+#: device the driver lost). Any other CUDA fault (an illegal address, an ECC error, an Xid) may
+#: be the hardware's once, so a retry may help. A device-side assert is its own report, not
+#: torch's suffix on every CUDA error since 2.1 ("Compile with `TORCH_USE_CUDA_DSA` to enable
+#: device-side assertions."), which an uncorrectable ECC error carries too.
 _CUDA_FATAL_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         _NO_GPU_VISIBLE,
@@ -4846,7 +4841,11 @@ _CUDA_FATAL_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
         "capability",
     ),
     (
-        re.compile(r"[Aa]ssert"),
+        re.compile(
+            r"device-side assert(?:ion)? triggered|[Dd]evice-side assertion [`'\"]"
+            r"|Assertion [`'\"]"
+            r"|\bblock: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\]"
+        ),
         "a device-side assert is an index out of range in the model or the data (labels >= "
         "the number of classes, token ids >= the vocabulary size): rerun with "
         "CUDA_LAUNCH_BLOCKING=1 to see the op that raised it",
@@ -4854,9 +4853,16 @@ _CUDA_FATAL_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+def _cuda_fatal_hint(lead: Sequence[Evidence]) -> str | None:
+    for rx, hint in _CUDA_FATAL_HINTS:
+        if any(rx.search(ev.text) for ev in lead):
+            return hint
+    return None
+
+
 def _retry_helps(kind: FailureKind, lead: Sequence[Evidence]) -> bool:
     if kind is FailureKind.CUDA_FATAL:  # Xid, ECC, an illegal access: may be the hardware's
-        return not any(_CUDA_DETERMINISTIC.search(ev.text) for ev in lead)
+        return _cuda_fatal_hint(lead) is None
     return kind in _RETRY_HELPS
 
 
@@ -4867,10 +4873,7 @@ _PORT_IN_USE = _rx(*_PORT_HELD)
 def _hint(kind: FailureKind, lead: Sequence[Evidence]) -> str | None:
     """What the user should change, when the evidence names it."""
     if kind is FailureKind.CUDA_FATAL:
-        for rx, hint in _CUDA_FATAL_HINTS:
-            if any(rx.search(ev.text) for ev in lead):
-                return hint
-        return None
+        return _cuda_fatal_hint(lead)
     if kind is not FailureKind.USER_CODE_ERROR:
         return None
     if any(_PORT_IN_USE.search(ev.text) for ev in lead):
