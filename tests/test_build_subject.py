@@ -67,6 +67,19 @@ def test_build_subject_names_the_owner(name: str, what: str, deepspeed: bool) ->
     assert subject.deepspeed is deepspeed
 
 
+def test_an_op_deepspeed_names_is_deepspeeds_even_if_the_table_lacks_it() -> None:
+    """A newer DeepSpeed's op (not in DS_OP_BUILD_VARS) that its own loader names stays
+    DeepSpeed's: advice to pre-build DeepSpeed's ops, never "not a DeepSpeed op"."""
+    lines = ["RuntimeError: Unable to JIT load the future_kernel op due to it not being "
+             "compatible due to hardware/software issue."]  # fmt: skip
+    subject = build_subject(lines)
+    assert subject.op == "future_kernel" and subject.deepspeed is True
+    assert subject.build_var is None  # the install variable is not guessed from the name
+    got = next_remedy(FailureKind.DS_BUILD_ERROR, lines, frozenset(), NO_TOOLKIT)
+    assert isinstance(got, GiveUp) and "DS_BUILD_OPS=1 pip install deepspeed" in got.reason
+    assert "not a DeepSpeed op" not in got.reason
+
+
 def test_pip_names_the_build_that_failed_not_one_that_finished() -> None:
     lines = [
         "  Building wheel for flash-attn (setup.py) ... done",

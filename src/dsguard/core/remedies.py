@@ -320,6 +320,19 @@ class BuildSubject:
         return DS_OP_BUILD_VARS.get(self.op) if self.deepspeed and self.op else None
 
 
+def _ds_names(op: str, lines: Sequence[str]) -> bool:
+    """Whether DeepSpeed's own words name ``op`` as its op: its loader's "Unable to JIT load
+    the <op> op", its optimizers' "requires the <op> op", a path under deepspeed/ops. An op of a
+    DeepSpeed the table does not know (a newer release, an accelerator's builder) is still
+    DeepSpeed's, and must not be told it is another package's."""
+    name = re.escape(op)
+    rx = re.compile(
+        rf"Unable to JIT load the {name} op\b|requires the {name} op\b"
+        rf"|deepspeed[/\\]ops[/\\]\S*\b{name}\b"
+    )
+    return any(rx.search(ln) for ln in lines)
+
+
 def _pip_package(lines: Sequence[str]) -> str | None:
     bodies = [_body(ln) for ln in lines]
     for b in bodies:
@@ -350,7 +363,7 @@ def build_subject(lines: Sequence[str], *, deepspeed_job: bool = False) -> Build
     package = _pip_package(lines)
     pip_ds = package is not None and package.lower() == "deepspeed"
     if op is not None:
-        deepspeed = op in DS_OP_BUILD_VARS and (package is None or pip_ds)
+        deepspeed = (op in DS_OP_BUILD_VARS and (package is None or pip_ds)) or _ds_names(op, lines)
     elif package is not None:
         deepspeed = pip_ds
     elif deepspeed_job or any(_DS_EVIDENCE.search(ln) for ln in lines):
