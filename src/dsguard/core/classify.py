@@ -4808,7 +4808,6 @@ _RETRY_HELPS = frozenset(
     {FailureKind.NCCL_ERROR, FailureKind.KILLED_EXTERNALLY, FailureKind.HANG,
      FailureKind.UNKNOWN}
 )  # fmt: skip
-_NO_GPU_VISIBLE = re.compile(r"No CUDA GPUs are available")
 #: CUDA faults an unchanged retry cannot fix, by what the lead lines say (first match), each
 #: with the standard fix for its message as torch's and NVIDIA's docs give it: the driver or the
 #: build does not fit the GPU, the code indexes out of range (a device-side assert recurs at the
@@ -4820,7 +4819,7 @@ _NO_GPU_VISIBLE = re.compile(r"No CUDA GPUs are available")
 #: device-side assertions."), which an uncorrectable ECC error carries too.
 _CUDA_FATAL_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
-        _NO_GPU_VISIBLE,
+        re.compile(r"No CUDA GPUs are available"),
         "the process sees no GPU: check CUDA_VISIBLE_DEVICES in the job's environment and its "
         "scripts (an id the machine lacks hides every GPU), then nvidia-smi for a device the "
         "driver has lost",

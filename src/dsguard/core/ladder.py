@@ -373,11 +373,12 @@ def decide(
         )
 
     budget = RETRY_BUDGET.get(kind)
-    if budget is not None and not retry_helps and kind is not FailureKind.CHECKPOINT_ERROR:
+    # A checkpoint error's retry is not unchanged: the checkpoint it resumed is quarantined.
+    quarantine = kind is FailureKind.CHECKPOINT_ERROR
+    if budget is not None and not retry_helps and not quarantine:
         # The verdict says an unchanged relaunch meets the same fault (a build without the
         # GPU's architecture, a driver too old, a device-side assert at the same batch, no GPU
-        # visible): the retry would spend an attempt and a model load to show it again. A
-        # checkpoint error's retry is not unchanged (the checkpoint is quarantined first).
+        # visible): the retry would spend an attempt and a model load to show it again.
         why = f"; {hint}" if hint else ""
         return GiveUp(f"{kind}: an unchanged retry meets the same fault{why}")
     if budget is not None:
@@ -395,7 +396,7 @@ def decide(
             delay_s=next_delay(history, cfg.limits),
             positions=dict(positions),
             reason=f"{kind}: retry {used} of {budget} at the same config",
-            quarantine_resumed_checkpoint=kind is FailureKind.CHECKPOINT_ERROR,
+            quarantine_resumed_checkpoint=quarantine,
         )
 
     return GiveUp(f"{kind}: {GIVE_UP_ADVICE.get(kind, 'not recoverable')}")
