@@ -24,6 +24,8 @@ Three sets, scored separately:
   each, not split, scored once on the rules at 1359809; their siblings ``heldout104`` and
   ``heldout105`` are ``tune103`` and ``tune104``); ``heldout106`` (15 logs, two helpers with
   the sitting's last 80 look-ups, scored once on round 118's rules at 37f2f5f);
+  ``heldout107`` to ``heldout110`` (35, 43, 71 and 51 logs, one pair of round 120's eight
+  helpers each, not split, scored once on the rules at b39b147);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -338,6 +340,10 @@ HELDOUT_SETS = (
     "heldout102",
     "heldout103",
     "heldout106",
+    "heldout107",
+    "heldout108",
+    "heldout109",
+    "heldout110",
 )
 
 

@@ -50,9 +50,9 @@ def test_corpus_is_real_and_split() -> None:
     ``tuneN`` for N >= 6 in a later round, which the corpus README's section of each set
     names), the held-out ``heldout``,
     ``heldout2``, ``heldout3``, ``heldout95``, ``heldout97``, ``heldout98``, ``heldout102``,
-    ``heldout103`` and ``heldout106``."""
+    ``heldout103``, ``heldout106`` and ``heldout107`` to ``heldout110``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 5372
+    assert len(failures) >= 5572
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -102,6 +102,8 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 #: disagree; the rule follows the corpus, and as tune100 the log stays read so.
 _IMPRECISE: dict[str, str] = {
     "tune100": "a build the corpus's other labels call ds_build_error, labelled a user error",
+    "heldout109": "host_oom 3 of 4 right at its once-score: a cuda_oom read as host_oom",
+    "heldout110": "host_oom 1 of 2 right at its once-score: a cuda_oom read as host_oom",
 }
 
 
@@ -764,6 +766,12 @@ _FRESH_RECORDS: dict[str, tuple[float, int, float, int]] = {
     # round 119's fresh set (two helpers, the sitting's last 80 look-ups, scored once on round
     # 118's rules frozen at 37f2f5f): 15/15, too few logs to say much (95% interval ~78-100%)
     "heldout106": (1.0, 0, 1.0, 0),
+    # round 120's fresh sets (one pair of eight helpers each, not split, scored once on the
+    # rules at b39b147, the sitting's first commit)
+    "heldout107": (0.771, 7, 0.828, 0),  # 27/35 (unknown 20.0%); probable 29/35
+    "heldout108": (0.976, 1, 1.0, 0),  # 42/43 (unknown 2.3%); probable 43/43
+    "heldout109": (0.957, 2, 0.971, 0),  # 68/71 (unknown 2.8%); probable 69/71
+    "heldout110": (0.862, 6, 0.96, 0),  # 44/51 (unknown 11.8%); probable 49/51
 }
 
 
@@ -789,6 +797,14 @@ def test_the_fresh_heldout95_meets_the_accuracy_and_unknown_targets() -> None:
     unknown 1 of 37), the first fresh set to: 37 logs, so its two-sided 95% interval runs from
     about 86% to 100%. Which log was missed is not read (a held-out set)."""
     s = _score("heldout95")
+    assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
+
+
+def test_the_fresh_heldout108_meets_the_accuracy_and_unknown_targets() -> None:
+    """heldout108 met both of the issue's targets on its once-score (42/43, ``unknown`` 1 of
+    43), on the rules frozen at b39b147: 43 logs, so its two-sided 95% interval runs from about
+    88% to 100%. Which log was missed is not read (a held-out set)."""
+    s = _score("heldout108")
     assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
 
