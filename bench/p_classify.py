@@ -8,8 +8,8 @@ Three sets, scored separately:
   (gathered later for the weak classes, scored before and after the rules written next, never
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
-  README); ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to ``tune100``, ``tune103`` and
-  ``tune104``: each ``tuneN`` was
+  README); ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to ``tune100``, ``tune103``,
+  ``tune104``, ``tune108`` and ``tune109``: each ``tuneN`` was
   the fresh held-out set ``heldout(N+1)``, scored on the rules of its day (once, except
   ``heldout5``, scored twice; from ``heldout12`` on, gathered while the previous round's rules
   were written and merged after they froze), then made a tuning set (``tune3``-``tune5`` in
@@ -24,8 +24,9 @@ Three sets, scored separately:
   each, not split, scored once on the rules at 1359809; their siblings ``heldout104`` and
   ``heldout105`` are ``tune103`` and ``tune104``); ``heldout106`` (15 logs, two helpers with
   the sitting's last 80 look-ups, scored once on round 118's rules at 37f2f5f);
-  ``heldout107`` to ``heldout110`` (35, 43, 71 and 51 logs, one pair of round 120's eight
-  helpers each, not split, scored once on the rules at b39b147);
+  ``heldout107`` and ``heldout108`` (35 and 43 logs, one pair of round 120's eight helpers
+  each, not split, scored once on the rules at b39b147; their siblings ``heldout109`` and
+  ``heldout110`` are ``tune108`` and ``tune109``);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -329,6 +330,8 @@ TUNING_SETS = (
     "tune100",
     "tune103",
     "tune104",
+    "tune108",
+    "tune109",
 )
 HELDOUT_SETS = (
     "heldout",
@@ -342,8 +345,6 @@ HELDOUT_SETS = (
     "heldout106",
     "heldout107",
     "heldout108",
-    "heldout109",
-    "heldout110",
 )
 
 

@@ -45,12 +45,12 @@ def _score(group: str) -> Score:
 def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
     tuning splits ``tune``, ``tune2``, ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to
-    ``tune100``, ``tune103`` and ``tune104`` (each ``tuneN`` the held-out ``heldout(N+1)``
-    until it was scored once and became a tuning set: ``tune3``-``tune5`` in rounds 5-7,
-    ``tuneN`` for N >= 6 in a later round, which the corpus README's section of each set
-    names), the held-out ``heldout``,
-    ``heldout2``, ``heldout3``, ``heldout95``, ``heldout97``, ``heldout98``, ``heldout102``,
-    ``heldout103``, ``heldout106`` and ``heldout107`` to ``heldout110``."""
+    ``tune100``, ``tune103``, ``tune104``, ``tune108`` and ``tune109`` (each ``tuneN`` the
+    held-out ``heldout(N+1)`` until it was scored once and became a tuning set:
+    ``tune3``-``tune5`` in rounds 5-7, ``tuneN`` for N >= 6 in a later round, which the corpus
+    README's section of each set names), the held-out ``heldout``, ``heldout2``, ``heldout3``,
+    ``heldout95``, ``heldout97``, ``heldout98``, ``heldout102``, ``heldout103``,
+    ``heldout106``, ``heldout107`` and ``heldout108``."""
     failures = [c for c in CASES if c.group != "mention"]
     assert len(failures) >= 5572
     assert len({c.label for c in failures}) == 12
@@ -102,8 +102,8 @@ def test_zero_false_kills_on_harmless_mentions() -> None:
 #: disagree; the rule follows the corpus, and as tune100 the log stays read so.
 _IMPRECISE: dict[str, str] = {
     "tune100": "a build the corpus's other labels call ds_build_error, labelled a user error",
-    "heldout109": "host_oom 3 of 4 right at its once-score: a cuda_oom read as host_oom",
-    "heldout110": "host_oom 1 of 2 right at its once-score: a cuda_oom read as host_oom",
+    "tune108": "host_oom 3 of 4 right at its once-score: a cuda_oom read as host_oom",
+    "tune109": "host_oom 1 of 2 right at its once-score: a cuda_oom read as host_oom",
 }
 
 
@@ -706,6 +706,14 @@ _TUNING_FLOORS: dict[str, tuple[float, int]] = {
     # round 118, whose rules took it to 86/90 (left: three TensorFlow OOMs naming no device and
     # a DGL library check).
     "tune104": (0.955, 4),
+    # tune108 (71 logs, two of round 120's eight helpers, not split, scored once on the rules at
+    # b39b147): 68/71 = 95.8% (unknown 2.8%), its record as a held-out set, both targets met.
+    # A tuning set since round 121.
+    "tune108": (0.957, 2),
+    # tune109 (51 logs, two of round 120's eight helpers, not split, scored once on the rules at
+    # b39b147): 44/51 = 86.3% (unknown 11.8%), its record as a held-out set. A tuning set since
+    # round 121.
+    "tune109": (0.862, 6),
 }
 
 
@@ -767,11 +775,10 @@ _FRESH_RECORDS: dict[str, tuple[float, int, float, int]] = {
     # 118's rules frozen at 37f2f5f): 15/15, too few logs to say much (95% interval ~78-100%)
     "heldout106": (1.0, 0, 1.0, 0),
     # round 120's fresh sets (one pair of eight helpers each, not split, scored once on the
-    # rules at b39b147, the sitting's first commit)
+    # rules at b39b147, the sitting's first commit; their siblings heldout109 and heldout110
+    # are now tune108 and tune109)
     "heldout107": (0.771, 7, 0.828, 0),  # 27/35 (unknown 20.0%); probable 29/35
     "heldout108": (0.976, 1, 1.0, 0),  # 42/43 (unknown 2.3%); probable 43/43
-    "heldout109": (0.957, 2, 0.971, 0),  # 68/71 (unknown 2.8%); probable 69/71
-    "heldout110": (0.862, 6, 0.96, 0),  # 44/51 (unknown 11.8%); probable 49/51
 }
 
 
