@@ -243,6 +243,7 @@ _TRIGGERS: tuple[str, ...] = (
     "of memory",  # "CUDA out of memory" without its exception name (C++ what(), tqdm glue), kernel
     "allocate memory",  # DefaultCPUAllocator "can't allocate memory", "[Errno 12] Cannot allocate"
     "enough memory",  # "not enough memory"
+    "enough GPU memory",  # faceswap's "You do not have enough GPU memory available to train"
     "shared memory",  # DataLoader /dev/shm exhaustion
     "bad_alloc",  # "what():  std::bad_alloc"
     "Kill",  # "Killed" (shell), "Killed process" (kernel)
@@ -774,7 +775,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # expandable segments (unslothai/unsloth#2401), pre-1.0 THC (neural-motifs#58),
             # NCCL's "Cuda failure <code> '<cudaGetErrorString>'" format (NVIDIA/nccl#1410)
             # (round 32: ROCm's hipified wording too; round 31: Kaldi quotes the text, below)
-            r"(?:CUDA|HIP) error: ?'?out of memory",
+            # (round 121, tune108: also without the colon, as graphvite's CUDA_CHECK streams
+            # it into a glog CHECK, "Check failed: error == cudaSuccess CUDA error out of
+            # memory at .../include/base/memory.h:131", DeepGraphLearning/graphvite#108)
+            r"(?:CUDA|HIP) error(?:: ?| )'?out of memory",
             r"CUDA driver error: out of memory",
             r"cuda runtime error \(2\) : out of memory",
             r"Cuda failure (?:\d+ )?'out of memory'",
@@ -799,6 +803,25 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Default/Cast-op446", "Device memory isn't enough and alloc failed, alloc size:
             # N"; mindspore-lab/mindone#465)
             r"Malloc for kernel (?:input|output|workspace) failed, Memory isn't enough",
+            # (round 121, tune108) PyKEEN's training loop when its batch and slice search,
+            # which it runs on a GPU only ("Currently automatic memory optimization only
+            # supports GPUs", training_loop.py), finds that not even the smallest fits: a
+            # MemoryError about the device ("MemoryError: The current model can't be trained on
+            # this hardware with these parameters.", pykeen/pykeen#576)
+            r"MemoryError: The current model can't be trained on this hardware",
+            # (round 121, tune109) faceswap's trainer on the framework's device OOM
+            # (plugins/train/trainer: except ResourceExhaustedError / OutOfMemoryError: "You do
+            # not have enough GPU memory available to train the selected model at the selected
+            # settings.", logged at ERROR; deepfakes/faceswap#899)
+            r"You do not have enough GPU memory available to train",
+            # (round 121, tune109) Thrust's temporary allocator failing on the device
+            # (thrust/detail/temporary_buffer: throw bad_alloc("temporary_buffer::allocate:
+            # get_temporary_buffer failed"), its what() prefixed "std::bad_alloc: "), as
+            # MinkowskiEngine's and other sparse-conv kernels raise it through pybind11
+            # ("MemoryError: std::bad_alloc: temporary_buffer::allocate: ...", NVIDIA/
+            # MinkowskiEngine#331, cut there at "temporary_buff"); before the host rule's
+            # bare std::bad_alloc
+            r"std::bad_alloc: temporary_buff",
             r"Device memory isn't enough and alloc failed",
             # (round 23) the driver API's CUresult 2 (CUDA_ERROR_OUT_OF_MEMORY) as
             # torch_memory_saver reports it ("[torch_memory_saver.cpp] CUresult error: 2 (out
@@ -1122,7 +1145,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?<![A-Za-z])MemoryError\b",  # Python's own allocation failure
             # kernel records (mm/oom_kill.c) when a wrapper tails the kernel log: these are the
             # explicit confirmation a bare "Killed" is not
-            r"Out of memory: Kill(?:ed)? process",
+            # (round 121, tune109: also as a reporter transcribed it, with no space after the
+            # colon and the name in full-width brackets, "Out of memory:Killed process 217423",
+            # city-super/Scaffold-GS#104)
+            r"Out of memory: ?Kill(?:ed)? process",
             r"Memory cgroup out of memory",
             r"oom-kill:",
             r"oom-kill event",  # slurmstepd "Detected 1 oom-kill event(s) in StepId=..."
@@ -2027,7 +2053,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # average both NaN (detector.c: "%d: %f, %f avg loss, %f rate, ..."; pjreddie's
             # "%f avg,"; glibc prints "-nan"): the average never recovers
             # (AlexeyAB/darknet#2996)
-            r"^\s*\d+: -?nan, -?nan avg(?: loss)?, ",
+            # (round 121, tune109: the iteration number "1033: " reads as a rank prefix, as
+            # srun --label's "0: ", so the line is judged from "-nan, -nan avg, 0.000100
+            # rate": jwchoi384/Gaussian_YOLOv3#62)
+            r"^\s*(?:\d+: )?-?nan, -?nan avg(?: loss)?, [\d.]+ rate\b",
             r"number of nan iterations:\s*[1-9]",  # Megatron's per-interval log line
             # Megatron core/distributed/param_and_grad_buffer.py: "Rank N: found NaN in local
             # grad norm in backward pass before data-parallel communication collective" (an
@@ -2111,6 +2140,15 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # device='cuda:0', dtype=torch.float64)", LLaVA-NeXT#359)
             r"(?i:\b(?:train_)?(?:loss|grad_norm|grad norm|gradient norm)\b['\"\]]?\s*[:=|]?\s*"
             r"['\"]?(?:tensor\()?[-+]?(?:nan|inf)x*\b)",
+            # (round 121, tune109) ... and a grad norm named for its part of the model, NaN
+            # only ("max_grad_norm: inf" is a setting): Dreamer's metrics line, " / "-joined
+            # "name value" pairs ("[5000] expl_amount 0.0 / model_grad_norm nan /
+            # value_grad_norm 40.3", danijar/dreamer#58)
+            r"(?i:\b\w+_grad_norm\b['\"\]]?\s*[:=|]?\s*['\"]?(?:tensor\()?[-+]?nan\b)",
+            # (round 121, tune108) ... and a loss line that names its splits, the training one
+            # NaN (uPIT's trainer.py: "Loss(time/mini-batch) - Epoch  1: train = nan(1581.14s/
+            # 2500) | dev = nan(...)", funcwj/uPIT-for-speech-separation#5)
+            r"(?i:\bloss\b.*\btrain\s*=\s*[-+]?nan\b)",
             # (round 10) ... also a bracketed key (loguru's "| [Loss] nan |"), a table cell
             # (the openai logger's "| loss          | nan       |", guided-diffusion and its
             # forks), and any metric whose name holds "loss" ("IDLoss=nan," MXNet's Speedometer,
@@ -2324,7 +2362,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 82, tune78: and TensorFlow's error classes carrying the status first,
             # "tensorflow.python.framework.errors_impl.UnknownError: CUDNN_STATUS_EXECUTION_
             # FAILED" over the cuda_dnn.cc call, Arturus/kaggle-web-traffic#35)
-            r"(?:cuDNN error: |(?:RuntimeError|CuDNNError|EnforceNotMet|UnknownError|InternalError)"
+            # (round 121, tune109: and Chainer's trainer reporting the CuPy error it stopped on,
+            # "Exception in main training loop: CUDNN_STATUS_EXECUTION_FAILED" (chainer/
+            # training/trainer.py), jsk-ros-pkg/jsk_recognition#2506)
+            r"(?:cuDNN error: |Exception in main training loop: "
+            r"|(?:RuntimeError|CuDNNError|EnforceNotMet|UnknownError|InternalError)"
             r": (?:\d+: )?"
             r"|(?:\(External\)|ExternalError:)\s+(?i:cudnn) error(?:\(\d+\))?,\s*)CUDNN_STATUS_",
             r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # kernel assert
@@ -2355,6 +2397,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # #222; its allocator's failure is a device OOM, above)
             r"\bCUDA error (?!2 )\d+ '[^']+' - \S+:\d+: ",
             r"\bPxg\w+\.(?:cpp|h) \(\d+\) : internal error : ",
+            # (round 121, tune109) ... and GPU PhysX's report of a kernel launch the driver
+            # refused (PxGetFoundation().error(eINTERNAL_ERROR, ..., "GPU <kernel> fail to
+            # launch kernel!!"); some kernels say "fail to launch!!"), as Isaac Lab logs it:
+            # "PhysX error: GPU updateFrictionPatches fail to launch kernel!!",
+            # Hellod035/LeggedLab#31
+            r"\bPhysX error: GPU \w+ fail to launch\b",
             r"illegal memory access was encountered",  # also via NCCL "Cuda failure '...'"
             # (round 93, tune84) cudaErrorIllegalInstruction's text, a kernel that executed an
             # illegal instruction ("CUDA Error: an illegal instruction was encountered", darknet's
