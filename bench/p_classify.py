@@ -26,7 +26,8 @@ Three sets, scored separately:
   the sitting's last 80 look-ups, scored once on round 118's rules at 37f2f5f);
   ``heldout107`` and ``heldout108`` (35 and 43 logs, one pair of round 120's eight helpers
   each, not split, scored once on the rules at b39b147; their siblings ``heldout109`` and
-  ``heldout110`` are ``tune108`` and ``tune109``);
+  ``heldout110`` are ``tune108`` and ``tune109``); ``heldout111`` (19 logs, two helpers with
+  the sitting's last 60 look-ups, scored once on round 121's rules at 04488ff);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -345,6 +346,7 @@ HELDOUT_SETS = (
     "heldout106",
     "heldout107",
     "heldout108",
+    "heldout111",
 )
 
 
