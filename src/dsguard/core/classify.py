@@ -2144,7 +2144,7 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # only ("max_grad_norm: inf" is a setting): Dreamer's metrics line, " / "-joined
             # "name value" pairs ("[5000] expl_amount 0.0 / model_grad_norm nan /
             # value_grad_norm 40.3", danijar/dreamer#58)
-            r"(?i:\b\w+_grad_norm\b['\"\]]?\s*[:=|]?\s*['\"]?(?:tensor\()?[-+]?nan\b)",
+            r"(?i:\w_grad_norm\b['\"\]]?\s*[:=|]?\s*['\"]?(?:tensor\()?[-+]?nan\b)",
             # (round 121, tune108) ... and a loss line that names its splits, the training one
             # NaN (uPIT's trainer.py: "Loss(time/mini-batch) - Epoch  1: train = nan(1581.14s/
             # 2500) | dev = nan(...)", funcwj/uPIT-for-speech-separation#5)
