@@ -4766,11 +4766,12 @@ def classify(
     others = [by_kind[kind][0] for kind in _PRIORITY if kind in by_kind and kind not in explained]
     kills = [ev.text for ev in by_kind.get(FailureKind.KILLED_EXTERNALLY, ()) if ev.sigkill]
     probable = lexicon.guess(tail) if winner is FailureKind.UNKNOWN and tail else None
+    hint = _hint(winner, lead)
     return Failure(
         kind=winner, rank=rank, evidence=_pick_lines(lead, others), exit=exit,
-        retry_helps=_retry_helps(winner, lead), rank_exit=rank_exit_from_text(kills),
+        retry_helps=_retry_helps(winner, hint), rank_exit=rank_exit_from_text(kills),
         host_oom_confirmed=host_oom_confirmed if winner is FailureKind.HOST_OOM else None,
-        hint=_hint(winner, lead),
+        hint=hint,
         probable=None if probable is None else FailureKind(probable.kind),
         probable_words=() if probable is None else probable.words,
     )  # fmt: skip
@@ -4907,9 +4908,11 @@ def _cuda_fatal_hint(lead: Sequence[Evidence]) -> str | None:
     return None
 
 
-def _retry_helps(kind: FailureKind, lead: Sequence[Evidence]) -> bool:
-    if kind is FailureKind.CUDA_FATAL:  # Xid, ECC, an illegal access: may be the hardware's
-        return _cuda_fatal_hint(lead) is None
+def _retry_helps(kind: FailureKind, hint: str | None) -> bool:
+    """A CUDA fault's hint names the deterministic ones (_CUDA_FATAL_HINTS); any other (Xid,
+    ECC, an illegal access) may be the hardware's once."""
+    if kind is FailureKind.CUDA_FATAL:
+        return hint is None
     return kind in _RETRY_HELPS
 
 
@@ -5014,7 +5017,7 @@ def classify_saved(
     return Failure(
         kind=FailureKind.LOSS_DIVERGENCE, rank=lines[0].rank,
         evidence=tuple(dict.fromkeys(ev.text for ev in lines))[:_MAX_FAILURE_LINES],
-        exit=exit, retry_helps=_retry_helps(FailureKind.LOSS_DIVERGENCE, lines),
+        exit=exit, retry_helps=_retry_helps(FailureKind.LOSS_DIVERGENCE, None),
     )  # fmt: skip
 
 
