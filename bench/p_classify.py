@@ -28,6 +28,8 @@ Three sets, scored separately:
   each, not split, scored once on the rules at b39b147; their siblings ``heldout109`` and
   ``heldout110`` are ``tune108`` and ``tune109``); ``heldout111`` (19 logs, two helpers with
   the sitting's last 60 look-ups, scored once on round 121's rules at 04488ff);
+  ``heldout112`` to ``heldout115`` (32, 65, 54 and 84 logs, one pair of round 123's eight
+  helpers each, not split, scored once on the rules at 600ad6e);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -347,6 +349,10 @@ HELDOUT_SETS = (
     "heldout107",
     "heldout108",
     "heldout111",
+    "heldout112",
+    "heldout113",
+    "heldout114",
+    "heldout115",
 )
 
 

@@ -50,9 +50,9 @@ def test_corpus_is_real_and_split() -> None:
     ``tune3``-``tune5`` in rounds 5-7, ``tuneN`` for N >= 6 in a later round, which the corpus
     README's section of each set names), the held-out ``heldout``, ``heldout2``, ``heldout3``,
     ``heldout95``, ``heldout97``, ``heldout98``, ``heldout102``, ``heldout103``,
-    ``heldout106``, ``heldout107``, ``heldout108`` and ``heldout111``."""
+    ``heldout106``, ``heldout107``, ``heldout108`` and ``heldout111`` to ``heldout115``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 5591
+    assert len(failures) >= 5826
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -787,6 +787,12 @@ _FRESH_RECORDS: dict[str, tuple[float, int, float, int]] = {
     # round 122's fresh set (two helpers, the sitting's last 60 look-ups, scored once on round
     # 121's rules frozen at 04488ff): 19 logs, too few to say much (95% interval ~74-100%)
     "heldout111": (0.947, 1, 1.0, 0),  # 18/19 (unknown 5.3%); probable 19/19
+    # round 123's fresh sets (one pair of eight helpers each, not split, scored once on the
+    # rules at 600ad6e, the sitting's first commit)
+    "heldout112": (0.937, 2, 0.968, 1),  # 30/32 (unknown 6.2%); probable 31/32
+    "heldout113": (0.907, 6, 0.969, 2),  # 59/65 (unknown 9.2%); probable 63/65
+    "heldout114": (0.907, 5, 0.962, 2),  # 49/54 (unknown 9.3%); probable 52/54
+    "heldout115": (0.904, 5, 0.928, 3),  # 76/84 (unknown 6.0%); probable 78/84
 }
 
 
