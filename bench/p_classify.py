@@ -9,7 +9,7 @@ Three sets, scored separately:
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
   README); ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to ``tune100``, ``tune103``,
-  ``tune104``, ``tune108`` and ``tune109``: each ``tuneN`` was
+  ``tune104``, ``tune108``, ``tune109``, ``tune112`` and ``tune114``: each ``tuneN`` was
   the fresh held-out set ``heldout(N+1)``, scored on the rules of its day (once, except
   ``heldout5``, scored twice; from ``heldout12`` on, gathered while the previous round's rules
   were written and merged after they froze), then made a tuning set (``tune3``-``tune5`` in
@@ -28,8 +28,9 @@ Three sets, scored separately:
   each, not split, scored once on the rules at b39b147; their siblings ``heldout109`` and
   ``heldout110`` are ``tune108`` and ``tune109``); ``heldout111`` (19 logs, two helpers with
   the sitting's last 60 look-ups, scored once on round 121's rules at 04488ff);
-  ``heldout112`` to ``heldout115`` (32, 65, 54 and 84 logs, one pair of round 123's eight
-  helpers each, not split, scored once on the rules at 600ad6e);
+  ``heldout112`` and ``heldout114`` (32 and 54 logs, one pair of round 123's eight helpers
+  each, not split, scored once on the rules at 600ad6e; their siblings ``heldout113`` and
+  ``heldout115`` are ``tune112`` and ``tune114``);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -335,6 +336,8 @@ TUNING_SETS = (
     "tune104",
     "tune108",
     "tune109",
+    "tune112",
+    "tune114",
 )
 HELDOUT_SETS = (
     "heldout",
@@ -350,9 +353,7 @@ HELDOUT_SETS = (
     "heldout108",
     "heldout111",
     "heldout112",
-    "heldout113",
     "heldout114",
-    "heldout115",
 )
 
 
