@@ -244,6 +244,7 @@ _TRIGGERS: tuple[str, ...] = (
     "allocate memory",  # DefaultCPUAllocator "can't allocate memory", "[Errno 12] Cannot allocate"
     "enough memory",  # "not enough memory"
     "enough GPU memory",  # faceswap's "You do not have enough GPU memory available to train"
+    "nsufficient GPU memory",  # Paddle's "Insufficient GPU memory to allocation."
     "shared memory",  # DataLoader /dev/shm exhaustion
     "bad_alloc",  # "what():  std::bad_alloc"
     "Kill",  # "Killed" (shell), "Killed process" (kernel)
@@ -448,6 +449,7 @@ _TRIGGERS: tuple[str, ...] = (
     "ssh exited with exit code",  # pdsh: "pdsh@host: node: ssh exited with exit code 255"
     "ermission denied (publickey",  # ssh's authentication failure
     # -- issue 12, round 10 (tune7)
+    "educing batch/grad size to 0/",  # the A1111 Dreambooth extension's finder giving up
     "educing to 1",  # DeepSpeed's scaler reaching its floor: "... loss scale: 2, reducing to 1"
     "educing to 0",  # ... and one whose floor is 0: "Attempted loss scale: 1, reducing to 0"
     "code -9",  # a wrapper's "exit code -9", DIGITS' "error code -9" (a SIGKILLed child)
@@ -847,6 +849,32 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"(?i:cuda out of memory\. tried to allocate [\d.]+ [kmgt]?i?b \(gpu \d+; [\d.]+ "
             r"[kmgt]i?b total capacity)",
             r"Out of memory error on GPU \d+",  # Paddle's ResourceExhaustedError
+            # (round 124, tune112) ... and Paddle Fluid's check before it reserves its GPU
+            # memory pool (platform/gpu_info.cc: PADDLE_ENFORCE_LE(allocating, available,
+            # "Insufficient GPU memory to allocation."), under "Enforce failed. Expected
+            # allocating <= available"; PaddlePaddle/Paddle#17286)
+            r"\bInsufficient GPU memory to allocation\b",
+            # (round 124, tune114) nvdiffrast's NVDR_CHECK_CUDA_ERROR (common/framework.h:
+            # TORCH_CHECK(!err, "Cuda error: ", cudaGetLastError(), "[", #CUDA_CALL, ";]"), the
+            # error as its number, the call after it): 2 is cudaErrorMemoryAllocation ("Cuda
+            # error: 2[cudaMalloc(&m_gpuPtr, bytes);]"); any other code is a device fault, below
+            r"\bCuda error: 2\[(?:cuda|hip)\w+\(",
+            # (round 124, tune114) Thrust's CUDA backend on a failed algorithm
+            # (cuda_cub::throw_on_error(status, "parallel_for failed"), a system_error whose
+            # what() appends the CUDA error's text: "parallel_for failed: out of memory", the
+            # GPU XGBoost of the RAPIDS notebooks; rapidsai/rmm#130). Only Thrust's algorithm
+            # names: "<call> failed: out of memory" is also how C code reports a host malloc
+            r"\b(?:parallel_for|for_each|transform|copy_if|reduce|reduce_by_key|scan|radix_sort"
+            r"|merge_sort|unique_by_key|partition|set_operations|fill)(?::? failed)"
+            r"[\w ]{0,30}: out of memory\b",
+            # (round 124, tune112) the A1111 Dreambooth extension's batch finder (dreambooth/
+            # memory.py, accelerate's find_executable_batch_size with a grad size: on an OOM it
+            # halves both and prints "OOM Detected, reducing batch/grad size to {b}/{g}.", then
+            # raises "No executable batch size found, reached zero." once b is 0). Only the
+            # halving to 0, after which the raise is certain: a finder that goes on is healthy.
+            # The paste may lose the first letter under a tqdm bar ("OM Detected, ...";
+            # d8ahazard/sd_dreambooth_extension#1457)
+            r"\bO?OM Detected, reducing batch/grad size to 0/\d",
             # fairseq trainer.py: a caught OOM it could not get past if the run then died
             r"attempting to recover from OOM",
             r"ran out of memory(?:, skipping batch| with exception)",
@@ -2251,6 +2279,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # batch's loss is NaN or inf (manishsoni1908/Mobilenet-ssd-keras#21)
             r"Batch \d+: Invalid loss, terminating training",
             r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
+            # (round 124, tune114) synthcity's GAN trainers on a NaN loss of one network
+            # (plugins/core/models: raise RuntimeError("NaNs detected in the generator loss");
+            # vanderschaarlab/survivalgan#3)
+            r"\bNaNs detected in the \w+ loss\b",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
             # (round 69, tune66) GPT-NeoX's overflow monitor giving up on fp16 (megatron/
@@ -2280,6 +2312,13 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Attempted loss scale: \S+, reducing to 0(?:\.0+)?(?![.\d])",
             r"Attempted loss scale: 0(?:\.0+)?, reduc",
             r"reducing loss scale to (?:0\.\d+|\d(?:\.\d+)?e-\d+)",
+            # (round 124, tune112) Paddle's dygraph AMP scaler (amp/grad_scaler.py
+            # AmpScaler._update: print('Found inf or nan, current scale is: {}, decrease to:
+            # {}*{}'), with no floor; older releases without the blanks): a scale below 1
+            # took 15 halvings in a row from its 2**15 start, so gradients overflow at any
+            # scale ("current scale is: 0.0", PaddlePaddle/PaddleOCR#10874; "5.96e-08",
+            # PaddlePaddle/PaddleClas#2457)
+            r"Found inf or nan, ?current scale is: (?:0(?:\.\d+)?|\d(?:\.\d+)?e-\d+),",
             r"setting loss scale to: (?:0\.000\d*|\d(?:\.\d+)?e-\d+)",
             # (round 6) Lightning's EarlyStopping when the monitored loss is no longer finite
             # ("Monitored metric val_loss = nan is not finite. Previous best value was inf.
@@ -2336,6 +2375,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (round 118, tune104) ... and any other code through spconv's check (above, with
             # its code 2): 700 is an illegal address, 98 an invalid device function
             r"\bcuda execution failed with error (?!2(?![\d.]))\d+",
+            # (round 124, tune114) ... and any other code through nvdiffrast's check (above,
+            # with its code 2): 700 is an illegal address ("RuntimeError: Cuda error:
+            # 700[cudaLaunchKernel((void*)triangleSetupKernel, ...)]", NVlabs/nvdiffrast#196).
+            # Not 0, which the check prints when the error was read before it
+            r"\bCuda error: (?![02]\[)\d+\[(?:cuda|hip)\w+\(",
             r"CUDA driver error:",
             # (round 38, tune35) FlashInfer's FLASHINFER_CUDA_CALL (include/flashinfer/utils.cuh:
             # std::cerr << "CUDA Error: " << cudaGetErrorString(e) << " (" << e << ") " <<
@@ -3851,7 +3895,11 @@ _RAY_DEDUP = re.compile(r" \[repeated \d+x across cluster\](?: \(Ray deduplicate
 # peeling it is what lets "worker-1: [rank3]: ..." find its rank and an echoed source line
 # find its indentation. A token is taken for a host only if it looks like one: an exception
 # name ("RuntimeError: ...") or a tool name ("ninja: build stopped") must keep its line head.
-_HOST_LIKE = re.compile(r"localhost|(?=.*[\d-])(?!.*(?:Error|Exception|Warning)$).*")
+# (Round 124, tune114: nor a token with an underscore, which no host name has (RFC 1123: letters,
+# digits, hyphens, dots) and metric keys do: "stage1_pafs_loss:     nan" from Lightweight
+# OpenPose's trainer, Daniil-Osokin/lightweight-human-pose-estimation.pytorch#263, lost its key
+# to the host rule, which left the rule for a NaN loss only "nan" to read.)
+_HOST_LIKE = re.compile(r"localhost|(?=.*[\d-])(?!.*(?:Error|Exception|Warning)$)[^_]*")
 # A rank prefix after indentation: only torch's own "[rank3]:" / torchrun --tee's "[default3]:"
 # forms (the ones no code line can start with), read as the rank's line.
 _INDENTED_RANK = re.compile(r"[ \t]+(?=\[[A-Za-z_][\w-]*?\d+\]:)")

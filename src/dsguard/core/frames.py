@@ -238,6 +238,18 @@ _FRAME_TABLE: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None, frozense
         re.compile(r"load|_load_file|_load_model|resume_or_load|_convert_ndarray_to_tensor"),
         _CHECKPOINT_EXC,
     ),
+    # (issue 12, round 124, tune114) StyleGAN2-ADA's legacy.py, which StyleGAN3, EG3D and
+    # their forks keep: load_network_pkl unpickles a network snapshot (to resume training or to
+    # start from one), through a custom Unpickler's find_class in some forks; a snapshot
+    # pickled under another torch names a class this one lacks ("AttributeError: Can't get
+    # attribute '_LinearWithBias' on <module 'torch.nn.modules.linear'", resuming from
+    # network-snapshot-000300.pkl; nupurkmr9/vision-aided-gan#7)
+    (
+        "checkpoint_error",
+        re.compile(r"/legacy\.py$"),
+        re.compile(r"load_network_pkl|find_class"),
+        _CHECKPOINT_EXC | {"AttributeError", "ModuleNotFoundError"},
+    ),
     (
         "checkpoint_error",
         re.compile(r"/deepspeed/runtime/engine\.py$"),
