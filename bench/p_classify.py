@@ -30,7 +30,8 @@ Three sets, scored separately:
   the sitting's last 60 look-ups, scored once on round 121's rules at 04488ff);
   ``heldout112`` and ``heldout114`` (32 and 54 logs, one pair of round 123's eight helpers
   each, not split, scored once on the rules at 600ad6e; their siblings ``heldout113`` and
-  ``heldout115`` are ``tune112`` and ``tune114``);
+  ``heldout115`` are ``tune112`` and ``tune114``); ``heldout116`` (18 logs, two helpers with
+  the sitting's last 108 look-ups, scored once on round 124's rules at 3ccdb28);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -354,6 +355,7 @@ HELDOUT_SETS = (
     "heldout111",
     "heldout112",
     "heldout114",
+    "heldout116",
 )
 
 
