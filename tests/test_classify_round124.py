@@ -152,3 +152,10 @@ def test_a_pdsh_host_prefix_still_gives_its_rank() -> None:
     assert _split_prefix("worker-1: [rank3]: RuntimeError: x") == (3, "RuntimeError: x")
     assert _split_prefix("gpu1505: [rank0]: ValueError: y") == (0, "ValueError: y")
     assert _split_prefix("stage1_pafs_loss:     nan") == (None, "stage1_pafs_loss:     nan")
+
+
+@pytest.mark.parametrize("line", ["loss2: nan", "Loss1: nan", "l1loss: nan", "lossD1: nan"])
+def test_a_loss_key_with_a_number_is_not_a_host(line: str) -> None:
+    """A loss's key with a number in it looks like a host ("node2: ") to the pdsh prefix reader;
+    one that names a loss keeps its key, so the NaN rule reads the whole line."""
+    assert kind(line) is K.LOSS_DIVERGENCE

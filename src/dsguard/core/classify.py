@@ -3898,8 +3898,11 @@ _RAY_DEDUP = re.compile(r" \[repeated \d+x across cluster\](?: \(Ray deduplicate
 # (Round 124, tune114: nor a token with an underscore, which no host name has (RFC 1123: letters,
 # digits, hyphens, dots) and metric keys do: "stage1_pafs_loss:     nan" from Lightweight
 # OpenPose's trainer, Daniil-Osokin/lightweight-human-pose-estimation.pytorch#263, lost its key
-# to the host rule, which left the rule for a NaN loss only "nan" to read.)
-_HOST_LIKE = re.compile(r"localhost|(?=.*[\d-])(?!.*(?:Error|Exception|Warning)$)[^_]*")
+# to the host rule, which left the rule for a NaN loss only "nan" to read; nor one that names a
+# loss, "loss2: nan", "Loss1: nan", "l1loss: nan", which look like a host with a number.)
+_HOST_LIKE = re.compile(
+    r"localhost|(?=.*[\d-])(?!.*(?:Error|Exception|Warning)$)(?!.*(?i:loss))[^_]*"
+)
 # A rank prefix after indentation: only torch's own "[rank3]:" / torchrun --tee's "[default3]:"
 # forms (the ones no code line can start with), read as the rank's line.
 _INDENTED_RANK = re.compile(r"[ \t]+(?=\[[A-Za-z_][\w-]*?\d+\]:)")
