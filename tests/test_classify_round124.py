@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsguard.core.classify import FailureKind
+from dsguard.core.classify import FailureKind, _split_prefix
 from tests.test_classify_round7 import kind, read_as
 
 K = FailureKind
@@ -147,8 +147,6 @@ def test_round124_near_misses(text: str, not_expected: FailureKind) -> None:
 def test_a_pdsh_host_prefix_still_gives_its_rank() -> None:
     """The host reader still peels a host with a digit or a hyphen, so the torch rank prefix
     behind it is found (round 124 only took underscored tokens out of it)."""
-    from dsguard.core.classify import _split_prefix
-
     assert _split_prefix("worker-1: [rank3]: RuntimeError: x") == (3, "RuntimeError: x")
     assert _split_prefix("gpu1505: [rank0]: ValueError: y") == (0, "ValueError: y")
     assert _split_prefix("stage1_pafs_loss:     nan") == (None, "stage1_pafs_loss:     nan")

@@ -2278,11 +2278,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Keras callbacks.py TerminateOnNaN: prints this and stops training when the
             # batch's loss is NaN or inf (manishsoni1908/Mobilenet-ssd-keras#21)
             r"Batch \d+: Invalid loss, terminating training",
-            r"(?i:\bnan (?:loss|detected in (?:the )?loss)\b)",
-            # (round 124, tune114) synthcity's GAN trainers on a NaN loss of one network
+            # a NaN loss in words ("nan loss", "NaN detected in loss"); (round 124, tune114)
+            # also in one network's loss, as synthcity's GAN trainers raise it
             # (plugins/core/models: raise RuntimeError("NaNs detected in the generator loss");
             # vanderschaarlab/survivalgan#3)
-            r"\bNaNs detected in the \w+ loss\b",
+            r"(?i:\bnans? (?:loss|detected in (?:the )?(?:\w+ )?loss)\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
             # (round 69, tune66) GPT-NeoX's overflow monitor giving up on fp16 (megatron/
