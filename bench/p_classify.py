@@ -32,6 +32,8 @@ Three sets, scored separately:
   each, not split, scored once on the rules at 600ad6e; their siblings ``heldout113`` and
   ``heldout115`` are ``tune112`` and ``tune114``); ``heldout116`` (18 logs, two helpers with
   the sitting's last 108 look-ups, scored once on round 124's rules at 3ccdb28);
+  ``heldout117`` to ``heldout120`` (40, 65, 73 and 91 logs, one pair of round 126's eight
+  helpers each, not split, scored once on the rules at c4e2aa0);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -356,6 +358,10 @@ HELDOUT_SETS = (
     "heldout112",
     "heldout114",
     "heldout116",
+    "heldout117",
+    "heldout118",
+    "heldout119",
+    "heldout120",
 )
 
 

@@ -52,9 +52,9 @@ def test_corpus_is_real_and_split() -> None:
     README's section of each set names), the held-out ``heldout``, ``heldout2``, ``heldout3``,
     ``heldout95``, ``heldout97``, ``heldout98``, ``heldout102``, ``heldout103``,
     ``heldout106``, ``heldout107``, ``heldout108``, ``heldout111``, ``heldout112``,
-    ``heldout114`` and ``heldout116``."""
+    ``heldout114`` and ``heldout116`` to ``heldout120``."""
     failures = [c for c in CASES if c.group != "mention"]
-    assert len(failures) >= 5844
+    assert len(failures) >= 6113
     assert len({c.label for c in failures}) == 12
     assert len([c for c in CASES if c.group == "mention"]) >= 45
     assert {c.group for c in failures} == set(SPLITS)
@@ -807,6 +807,12 @@ _FRESH_RECORDS: dict[str, tuple[float, int, float, int]] = {
     # round 125's fresh set (two helpers, the sitting's last 108 look-ups, scored once on round
     # 124's rules frozen at 3ccdb28): 18 logs, too few to say much (95% interval ~73-100%)
     "heldout116": (0.944, 1, 1.0, 0),  # 17/18 (unknown 5.6%); probable 18/18
+    # round 126's fresh sets (one pair of eight helpers each, not split, scored once on the
+    # rules at c4e2aa0, the sitting's first commit)
+    "heldout117": (0.9, 3, 0.95, 1),  # 36/40 (unknown 7.5%); probable 38/40
+    "heldout118": (0.923, 3, 0.953, 1),  # 60/65 (unknown 4.6%); probable 62/65
+    "heldout119": (0.89, 8, 0.972, 1),  # 65/73 (unknown 11.0%); probable 71/73
+    "heldout120": (0.813, 12, 0.879, 4),  # 74/91 (unknown 13.2%); probable 80/91
 }
 
 
