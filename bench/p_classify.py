@@ -9,7 +9,8 @@ Three sets, scored separately:
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
   README); ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to ``tune100``, ``tune103``,
-  ``tune104``, ``tune108``, ``tune109``, ``tune112`` and ``tune114``: each ``tuneN`` was
+  ``tune104``, ``tune108``, ``tune109``, ``tune112``, ``tune114``, ``tune118`` and
+  ``tune119``: each ``tuneN`` was
   the fresh held-out set ``heldout(N+1)``, scored on the rules of its day (once, except
   ``heldout5``, scored twice; from ``heldout12`` on, gathered while the previous round's rules
   were written and merged after they froze), then made a tuning set (``tune3``-``tune5`` in
@@ -32,8 +33,9 @@ Three sets, scored separately:
   each, not split, scored once on the rules at 600ad6e; their siblings ``heldout113`` and
   ``heldout115`` are ``tune112`` and ``tune114``); ``heldout116`` (18 logs, two helpers with
   the sitting's last 108 look-ups, scored once on round 124's rules at 3ccdb28);
-  ``heldout117`` to ``heldout120`` (40, 65, 73 and 91 logs, one pair of round 126's eight
-  helpers each, not split, scored once on the rules at c4e2aa0);
+  ``heldout117`` and ``heldout118`` (40 and 65 logs, one pair of round 126's eight helpers
+  each, not split, scored once on the rules at c4e2aa0; their siblings ``heldout119`` and
+  ``heldout120`` are ``tune118`` and ``tune119``);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -341,6 +343,8 @@ TUNING_SETS = (
     "tune109",
     "tune112",
     "tune114",
+    "tune118",
+    "tune119",
 )
 HELDOUT_SETS = (
     "heldout",
@@ -360,8 +364,6 @@ HELDOUT_SETS = (
     "heldout116",
     "heldout117",
     "heldout118",
-    "heldout119",
-    "heldout120",
 )
 
 
