@@ -314,6 +314,11 @@ _TRIGGERS: tuple[str, ...] = (
     "block: [",  # a device-side assert's head, "Loss.cu:240: <kernel>: block: [0,0,0], ..."
     "annot find primary config",  # Hydra's MissingConfigException, printed without its class
     "cannot be multiplied",  # torch's "mat1 and mat2 shapes cannot be multiplied (...)", bare
+    "imensional weight",  # torch's conv check "Expected 4-dimensional input for 4-dimensional ..."
+    "b_status == ",  # Caffe's LMDB "Check failed: mdb_status == 0 (2 vs. 0) No such file ..."
+    "before MPI_INIT",  # Open MPI "*** The MPI_Comm_rank() function was called before ..."
+    "cannot open <",  # Lua Torch's THDiskFile "cannot open <save/x.t7> in mode  w at ..."
+    "WARN Connection closed",  # NCCL 2.0-2.3 "include/socket.h:371 WARN Connection closed by ..."
     "evice-side assert",  # HIP "Device-side assertion `...' failed."
     "size mismatch",  # load_state_dict, printed indented under its RuntimeError
     "osix_memalign",  # old CPUAllocator wording "posix_memalign(&data, ...) == 0. 12 vs 0"
@@ -792,8 +797,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # region_size << " bytes.  Possibly this is due to sharing the GPU. ..." ending in
             # "CUDA error: '" << cudaGetErrorString(e) << "'"; kaldi-asr/kaldi#4255): the quoted
             # runtime text (above), and the allocator's sentence if the paste cut its end
-            r"Failed to allocate a memory region of \d+ bytes\.\s+Possibly this is due to"
-            r" sharing the GPU",
+            # (round 127, tune119: and the sentence the same function prints when the GPU is not
+            # shared, "... bytes.  Possibly smaller minibatch size would help.  Memory info:
+            # ...", gooofy/zamia-speech#38 on a 4 GB card)
+            r"Failed to allocate a memory region of \d+ bytes\.\s+Possibly (?:this is due to"
+            r" sharing the GPU|smaller minibatch size would help)",
             # (round 32, tune29) Intel's TensorFlow plugin for its GPUs (ITEX) failing an
             # allocation for good, logged at error level before the op fails ("E
             # itex/core/devices/bfc_allocator.cc:101] Allocator ran out of memory trying to
@@ -889,6 +897,17 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # allocating tensor with shape[100,256,28,28] ... device:GPU:0", fizyr/
             # keras-maskrcnn#40)
             r"\bO?OM when allocating tensor.{0,300}?/device:GPU:\d",
+            # (round 127, tune118) TensorFlow 2's eager op failing its allocation, the op's
+            # device in the wrapped function's name ("ResourceExhaustedError: {{function_node
+            # __wrapped__Mul_device_/job:localhost/replica:0/task:0/device:GPU:0}} failed to
+            # allocate memory [Op:Mul]", flwrlabs/flower#3159); device:CPU is the host's, below
+            r"\{\{function_node [^}\n]*?/device:GPU:\d+\}\} failed to allocate memory",
+            # (round 127, tune119) ND4J's CUDA backend, its device allocation failing for good
+            # (throw new RuntimeException("Failed to allocate " + bytes + " bytes from DEVICE ["
+            # + device + "] memory")), after its "Out of [DEVICE] memory, host memory will be
+            # used instead" warnings, which are not fatal; deeplearning4j/nd4j#2140, a DL4J
+            # training on the GPU)
+            r"\bFailed to allocate \d+ bytes from DEVICE \[\d+\] memory",
             r"(?i:\bcuda failed with error (?:\d+ )?out of memory)",
             # (round 77, tune74) tiny-cuda-nn's CUDA_CHECK_THROW on its allocation, which
             # instant-ngp and the NeRF codebases on it print ("Uncaught exception: Could not
@@ -1230,6 +1249,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"_ArrayMemoryError|Unable to allocate [\d.]+ [KMGTP]i?B for an array",  # numpy
             # -- issue 12, round 5: TensorFlow's allocation failure on the host's allocator
             r"\bO?OM when allocating tensor.{0,300}?/device:CPU:\d",
+            # (round 127) ... and TensorFlow 2's eager op on the host's device, the form above
+            # with device:CPU (tensorflow's wrapped-function name carries the op's device)
+            r"\{\{function_node [^}\n]*?/device:CPU:\d+\}\} failed to allocate memory",
+            # (round 127, tune119) ND4J's host allocation failing (throw new RuntimeException(
+            # "Can't allocate [HOST] memory: " + reqMem + ...); DL4J's memory docs: "you have run
+            # out of off-heap memory"; deeplearning4j/deeplearning4j#4335, a ParallelWrapper
+            # training on four GPUs)
+            r"\bCan't allocate \[HOST\] memory\b",
             # Orchestrators that killed a worker for host memory: Ray's memory monitor
             # (python/ray/exceptions.py OutOfMemoryError: "Task was killed due to the node
             # running low on memory."), Kubernetes' container status ("Reason: OOMKilled", the
@@ -2282,7 +2309,16 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # also in one network's loss, as synthcity's GAN trainers raise it
             # (plugins/core/models: raise RuntimeError("NaNs detected in the generator loss");
             # vanderschaarlab/survivalgan#3)
-            r"(?i:\bnans? (?:loss|detected in (?:the )?(?:\w+ )?loss)\b)",
+            # (round 127, tune118: and fairchem's loss wrappers finding the model's output not
+            # finite, which they zero and go on with, logging.warning("Found nans while
+            # computing loss") at every step; facebookresearch/fairchem#1568, a UMA fine-tune)
+            r"(?i:\bnans? (?:loss|detected in (?:the )?(?:\w+ )?loss"
+            r"|while computing (?:the )?loss)\b)",
+            # (round 127, tune118) a split's loss metric named by its function, the mean of a
+            # squared or absolute error or a log loss of the data trained on ("Training MSE:
+            # nan" each epoch, as pyFM prints it; coreylynch/pyFM#44)
+            r"(?i:\b(?:train(?:ing)?|valid(?:ation)?|val|test|eval)[ _](?:mse|mae|rmse|nll"
+            r"|log_?loss)\b\s*[:=]\s*nan\b)",
             # scale collapse: DeepSpeed stuck at 1, apex below 1, fairseq below 1e-3
             r"Attempted loss scale: 1, reducing to 1\b",
             # (round 69, tune66) GPT-NeoX's overflow monitor giving up on fp16 (megatron/
@@ -2418,6 +2454,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # paste cut the line's head ("ad: [47,0,0] Assertion `cur_target >= 0 && cur_target
             # < n_classes` failed.", dbolya/yolact#333); glibc's host assert quotes with "'"
             r"\[\d+,\d+,\d+\] Assertion `[^`]*` failed\.",
+            # (round 127, tune119) ... and the same assert when ranks' or threads' lines were
+            # interleaved as they were written, the kernel's CUDA source still before it on
+            # the line (",0../aten/src/ATen/native/cuda/Indexing.cu,0:1146] Assertion
+            # `srcIndex < srcSelectDimSize: indexSelectLargeIndex` failed.", axolotl-ai-cloud/
+            # axolotl#781); glibc's host assert closes its quote with "'", never "`"
+            r"\.cuh?\b[^\n]{0,40}?\] Assertion `[^`\n]*` failed\.",
             # (round 114, tune98) ... and its head when a paste cut the line before "Assertion"
             # (".../native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,"
             # at the excerpt's end, EvolvingLMMs-Lab/Otter#216): a CUDA source's place, the
@@ -2781,7 +2823,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # include/socket.h:194 WARN Call to recv failed : Connection reset by peer",
             # horovod/horovod#210): its socket failures, not every WARN (an absent
             # libibverbs is warned about and harmless)
-            r"^\S+:\d+:\d+ \[\d+\] \S+:\d+ WARN (?:Call to \w+ failed|Net : Connect to .* failed)",
+            # (round 127, tune119: and its socket closed under it, include/socket.h's "WARN
+            # Connection closed by remote peer" in the two-host bootstrap of horovod/horovod#666)
+            r"^\S+:\d+:\d+ \[\d+\] \S+:\d+ WARN (?:Call to \w+ failed|Net : Connect to .* failed"
+            r"|Connection closed by remote peer)",
             r"PasswordAuthentication=no \S+ hostname' returned non-zero exit status",
             # torch ProcessGroupNCCL.cpp, flight-recorder era (2.4+): a collective timed out on
             # some rank and this one is told to dump; a consequence, so below any root cause
@@ -3108,6 +3153,27 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # cannot be multiplied (512x2048 and 768x768)", a projection built for 768-d
             # features fed 2048-d ones; WissingChen/CRA-GQA#14): the model's or data's shapes
             r"\bmat1 and mat2 shapes cannot be multiplied \(\d+x\d+ and \d+x\d+\)",
+            # (round 127, tune118) ... and its convolution's input check, as bare (aten/src/
+            # ATen/native/Convolution.cpp: "Expected 4-dimensional input for 4-dimensional
+            # weight [16, 22, 1, 1], but got 3-dimensional input of size [64, 22, 1125]
+            # instead"; braindecode/braindecode#186, a model missing its reshaping module)
+            r"^Expected \d+-dimensional input for \d+-dimensional weight \[",
+            # (round 127, tune119) Caffe's LMDB data layer opening the source its prototxt names
+            # (util/db_lmdb.hpp MDB_CHECK: CHECK_EQ(mdb_status, MDB_SUCCESS) <<
+            # mdb_strerror(mdb_status), glog printing the macro's value: "Check failed:
+            # mdb_status == 0 (2 vs. 0) No such file or directory", BVLC/caffe#5666; "(21 vs.
+            # 0) Is a directory", #5182): the path is wrong or the data was never made
+            r"Check failed: mdb_status == (?:0|MDB_SUCCESS) \(-?\d+ vs\. 0\) (?:No such file or"
+            r" directory|Is a directory|Not a directory|Permission denied)",
+            # (round 127, tune119) Open MPI refusing a call made before MPI_Init ("*** The
+            # MPI_Comm_rank() function was called before MPI_INIT was invoked." then "*** Your
+            # MPI job will now abort."; ompi/runtime: "*** The %s() function was called before
+            # MPI_INIT was invoked."; exalearn/EXARL#22): the program's order of calls
+            r"\bfunction was called before MPI_INIT was invoked\b",
+            # (round 127, tune119) Lua Torch's file layer failing to open a file to write
+            # (TH/THDiskFile.c: "cannot open <%s> in mode %c%c", the mode " w" for a write; a
+            # torch.save into a directory that does not exist, y0ast/VAE-Torch#10): the path
+            r"\bcannot open <[^>\n]+> in mode  w at ",
             # (round 22) Hydra overriding a key the config does not have (its
             # ConfigCompositionException "Could not override 'trainer.gpus'.", OmegaConf's
             # "Key 'gpus' is not in struct"; lazaratan/dyn-gfn#8) and the interpreter's own
@@ -3287,11 +3353,12 @@ _SIGNAL_DEATH: tuple[tuple[re.Pattern[str], int | None], ...] = (
     # "ETA: 20s已杀死"); the localized words never appear in healthy English logs
     # (round 11: macOS's shells print "Killed: 9", the signal's number after the word;
     # round 21: also in lower case, athena-team/athena#233, a 2 GB host: "please be patient,
-    # enable tf.function ..." then "killed")
+    # enable tf.function ..." then "killed"; round 127, tune119: and with the quote mark a
+    # reporter closed the pasted output with, "Killed'", anishathalye/neural-style#61)
     (
         re.compile(
             r"(?:^|[\]|>%\d]|\ds)[\s*`]*(?:[Kk]illed(?:: 9)?|Getötet|Убито|Processus arrêté)"
-            r"[\s*.`]*$"
+            r"[\s*.`'\"]*$"
         ),
         9,
     ),
