@@ -36,6 +36,8 @@ Three sets, scored separately:
   ``heldout117`` and ``heldout118`` (40 and 65 logs, one pair of round 126's eight helpers
   each, not split, scored once on the rules at c4e2aa0; their siblings ``heldout119`` and
   ``heldout120`` are ``tune118`` and ``tune119``);
+  ``heldout121`` (27 logs, two helpers with the sitting's last 76 look-ups, scored once on
+  round 127's rules at 83ecd08);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -364,6 +366,7 @@ HELDOUT_SETS = (
     "heldout116",
     "heldout117",
     "heldout118",
+    "heldout121",
 )
 
 
