@@ -314,6 +314,7 @@ _TRIGGERS: tuple[str, ...] = (
     "block: [",  # a device-side assert's head, "Loss.cu:240: <kernel>: block: [0,0,0], ..."
     "annot find primary config",  # Hydra's MissingConfigException, printed without its class
     "cannot be multiplied",  # torch's "mat1 and mat2 shapes cannot be multiplied (...)", bare
+    "oss  ",  # a metrics table's header with a loss column, "train_loss  valid_loss  accuracy"
     "imensional weight",  # torch's conv check "Expected 4-dimensional input for 4-dimensional ..."
     "b_status == ",  # Caffe's LMDB "Check failed: mdb_status == 0 (2 vs. 0) No such file ..."
     "before MPI_INIT",  # Open MPI "*** The MPI_Comm_rank() function was called before ..."
@@ -3165,10 +3166,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # 0) Is a directory", #5182): the path is wrong or the data was never made
             r"Check failed: mdb_status == (?:0|MDB_SUCCESS) \(-?\d+ vs\. 0\) (?:No such file or"
             r" directory|Is a directory|Not a directory|Permission denied)",
-            # (round 127, tune119) Open MPI refusing a call made before MPI_Init ("*** The
-            # MPI_Comm_rank() function was called before MPI_INIT was invoked." then "*** Your
-            # MPI job will now abort."; ompi/runtime: "*** The %s() function was called before
-            # MPI_INIT was invoked."; exalearn/EXARL#22): the program's order of calls
+            # (round 127, tune119) Open MPI's fatal error handler on a call made before MPI_Init
+            # (its out("*** The %s() function was called before MPI_INIT was invoked.\n" ...):
+            # "*** The MPI_Comm_rank() function was called before MPI_INIT was invoked." then
+            # "*** Your MPI job will now abort."; exalearn/EXARL#22): the program's order of calls
             r"\bfunction was called before MPI_INIT was invoked\b",
             # (round 127, tune119) Lua Torch's file layer failing to open a file to write
             # (TH/THDiskFile.c: "cannot open <%s> in mode %c%c", the mode " w" for a write; a
@@ -3783,6 +3784,57 @@ _TF_DEVICE = re.compile(
     r"|Allocator \((?:(GPU)_\d+_bfc|cpu)\)|\b(?:(GPU)_\d+_bfc|cpu_allocator)\b)"
 )
 _TF_DEVICE_LINES = 3
+# (round 128) A metrics table printed one row an epoch under a header of column names set two
+# or more spaces apart, one of them a loss: fastai's Recorder ("epoch     train_loss
+# valid_loss  accuracy  time"), skorch's PrintLog ("  epoch    train_loss    valid_loss
+# dur"), xLearn's epoch table ("[------------] Epoch      Train log_loss       Test log_loss
+# ...", aksnzhy/xlearn#316). A row is numbers only, and a NaN or inf under a loss column is the
+# divergence (_loss_in_table), where no word on the row says loss. The column is the header's
+# span; a row's value overlaps it whether the table aligns left (fastai) or right (skorch,
+# xLearn). The header is found by its trigger, a loss column's name followed by the padding
+# to the next ("oss  "); one whose loss is the last column is not read.
+_TABLE_COLUMN = re.compile(r"\S+(?: \S+){0,3}(?=  |\s*$)")
+_TABLE_CELL = re.compile(
+    r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?%?|(?i:nan|inf))|\d+:\d\d(?::\d\d)?|[\[\]|*+]"
+)
+_TABLE_NAN = re.compile(r"[-+]?(?i:nan|inf)")
+_TABLE_NAN_WORD = re.compile(r"(?i:\b(?:nan|inf)\b)")  # a row's value: never in a header
+
+
+def _loss_columns(body: str) -> tuple[tuple[int, int], ...] | None:
+    """The spans of the loss columns of a metrics table's header line, or None when ``body``
+    is not one: three or more column names two spaces apart, none a number, no ``:`` or ``=``
+    (a log line's key and value) and no NaN (a row's), at least one naming a loss."""
+    if ":" in body or "=" in body or _TABLE_NAN_WORD.search(body) is not None:
+        return None
+    cols = list(_TABLE_COLUMN.finditer(body))
+    if len(cols) < 3 or any(_TABLE_CELL.fullmatch(c.group()) for c in cols):
+        return None
+    if sum(len(c.group()) for c in cols) != len(body.replace(" ", "")) + sum(
+        c.group().count(" ") for c in cols
+    ):
+        return None  # a word the columns missed: a sentence, not a header
+    # a loss column's name is one or two words ("train_loss", "Train log_loss", "val loss"),
+    # where a sentence that says loss has more ("the training loss  went down  nicely")
+    spans = tuple(
+        (c.start(), c.end())
+        for c in cols
+        if "loss" in c.group().lower() and c.group().count(" ") < 2
+    )
+    return spans or None
+
+
+def _loss_in_table(body: str, spans: tuple[tuple[int, int], ...]) -> re.Match[str] | None:
+    """A NaN or inf under one of ``spans`` (a header's loss columns) on a row of numbers."""
+    cells = list(re.finditer(r"\S+", body))
+    if len(cells) < 3 or not all(_TABLE_CELL.fullmatch(c.group()) for c in cells):
+        return None
+    for c in cells:
+        if _TABLE_NAN.fullmatch(c.group()) and any(c.start() < e and c.end() > s for s, e in spans):
+            return c
+    return None
+
+
 _IGNORED = "Exception ignored in"
 _IGNORED_WINDOW = 12  # lines after "Exception ignored in" whose exception is noise
 # Messages their emitter indents (load_state_dict's per-parameter detail), which the echo
@@ -4153,6 +4205,8 @@ class StreamClassifier:
         self._tf_oom_waiting: list[tuple[int | None, str, int, int, bool]] = []
         self._bfc_map: dict[int | None, int] = {}  # per rank: line_no of its latest BFC map
         self._bfc_host: set[int | None] = set()  # ranks whose current BFC dump is host memory
+        # Per rank: the loss columns of the metrics table it printed last (_loss_columns)
+        self._loss_table: dict[int | None, tuple[tuple[int, int], ...]] = {}
         self._bare_exc_line = 0  # a line found to end a traceback, read by the trigger search
         self._reticulate_line = -1  # line_no of R's "Error in py_call_impl(...) :" alone
         self._cuda_check_line = -1  # line_no of a CUDA_CHECK's "CUDA failure in <call>" alone
@@ -4532,6 +4586,17 @@ class StreamClassifier:
             # isaac-sim/IsaacLab#4011): "    [rank1]:[E1113 ...] ... CUDA error: ..." is a
             # rank's output, never source code (no Python statement starts "[rank1]:")
             rank, body = _split_prefix(body[m.end() :])
+        # A metrics table's header and rows, before the echo test: right-aligned rows are
+        # indented like source, and a row's cells are read where its header's columns are
+        if (spans := _loss_columns(body)) is not None:
+            self._loss_table[rank] = spans  # its rows follow
+            return None
+        if (table := self._loss_table.get(rank)) and (cell := _loss_in_table(body, table)):
+            return _make_evidence(
+                FailureKind.LOSS_DIVERGENCE, rank, body=body.lstrip(), line=line,
+                line_no=line_no, match_end=len(line) - len(body) + cell.end(),
+                raised=not self._stamped,
+            )  # fmt: skip
         if _is_echoed_source(body) and _INDENTED_MESSAGE.search(body) is None:
             # pip indents its subprocess' output ("      Exception: Installed CUDA version
             # 9.2 does not match ...", "      Unable to pre-compile ops ..."): an indented
