@@ -3797,22 +3797,19 @@ _TABLE_COLUMN = re.compile(r"\S+(?: \S+){0,3}(?=  |\s*$)")
 _TABLE_CELL = re.compile(
     r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?%?|(?i:nan|inf))|\d+:\d\d(?::\d\d)?|[\[\]|*+]"
 )
-_TABLE_NAN = re.compile(r"[-+]?(?i:nan|inf)")
-_TABLE_NAN_WORD = re.compile(r"(?i:\b(?:nan|inf)\b)")  # a row's value: never in a header
+_TABLE_NAN = re.compile(r"(?<!\w)[-+]?(?i:nan|inf)(?!\w)")  # a row's cell, never a header's
 
 
 def _loss_columns(body: str) -> tuple[tuple[int, int], ...] | None:
     """The spans of the loss columns of a metrics table's header line, or None when ``body``
     is not one: three or more column names two spaces apart, none a number, no ``:`` or ``=``
     (a log line's key and value) and no NaN (a row's), at least one naming a loss."""
-    if ":" in body or "=" in body or _TABLE_NAN_WORD.search(body) is not None:
+    if "oss" not in body or ":" in body or "=" in body or _TABLE_NAN.search(body) is not None:
         return None
     cols = list(_TABLE_COLUMN.finditer(body))
     if len(cols) < 3 or any(_TABLE_CELL.fullmatch(c.group()) for c in cols):
         return None
-    if sum(len(c.group()) for c in cols) != len(body.replace(" ", "")) + sum(
-        c.group().count(" ") for c in cols
-    ):
+    if "".join(c.group() for c in cols).replace(" ", "") != body.replace(" ", ""):
         return None  # a word the columns missed: a sentence, not a header
     # a loss column's name is one or two words ("train_loss", "Train log_loss", "val loss"),
     # where a sentence that says loss has more ("the training loss  went down  nicely")
