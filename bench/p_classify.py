@@ -38,6 +38,8 @@ Three sets, scored separately:
   ``heldout120`` are ``tune118`` and ``tune119``);
   ``heldout121`` (27 logs, two helpers with the sitting's last 76 look-ups, scored once on
   round 127's rules at 83ecd08);
+  ``heldout122`` to ``heldout125`` (20, 53, 69 and 49 logs, one pair of round 129's eight
+  helpers each, not split, scored once on the rules at 124e869);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -367,6 +369,10 @@ HELDOUT_SETS = (
     "heldout117",
     "heldout118",
     "heldout121",
+    "heldout122",
+    "heldout123",
+    "heldout124",
+    "heldout125",
 )
 
 
