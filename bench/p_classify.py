@@ -9,8 +9,8 @@ Three sets, scored separately:
   used to write them: see the README); ``heldout3`` (a fresh set gathered under a stricter
   protocol while the rules were being changed elsewhere, scored on the merged rules: see the
   README); ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to ``tune100``, ``tune103``,
-  ``tune104``, ``tune108``, ``tune109``, ``tune112``, ``tune114``, ``tune118`` and
-  ``tune119``: each ``tuneN`` was
+  ``tune104``, ``tune108``, ``tune109``, ``tune112``, ``tune114``, ``tune118``,
+  ``tune119``, ``tune122`` and ``tune123``: each ``tuneN`` was
   the fresh held-out set ``heldout(N+1)``, scored on the rules of its day (once, except
   ``heldout5``, scored twice; from ``heldout12`` on, gathered while the previous round's rules
   were written and merged after they froze), then made a tuning set (``tune3``-``tune5`` in
@@ -38,8 +38,9 @@ Three sets, scored separately:
   ``heldout120`` are ``tune118`` and ``tune119``);
   ``heldout121`` (27 logs, two helpers with the sitting's last 76 look-ups, scored once on
   round 127's rules at 83ecd08);
-  ``heldout122`` to ``heldout125`` (20, 53, 69 and 49 logs, one pair of round 129's eight
-  helpers each, not split, scored once on the rules at 124e869);
+  ``heldout122`` and ``heldout125`` (20 and 49 logs, one pair of round 129's eight helpers
+  each, not split, scored once on the rules at 124e869; their siblings ``heldout123`` and
+  ``heldout124`` are ``tune122`` and ``tune123``);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -349,6 +350,8 @@ TUNING_SETS = (
     "tune114",
     "tune118",
     "tune119",
+    "tune122",
+    "tune123",
 )
 HELDOUT_SETS = (
     "heldout",
@@ -370,8 +373,6 @@ HELDOUT_SETS = (
     "heldout118",
     "heldout121",
     "heldout122",
-    "heldout123",
-    "heldout124",
     "heldout125",
 )
 
