@@ -302,6 +302,7 @@ _TRIGGERS: tuple[str, ...] = (
     "nan",  # "loss: nan", "grad_norm': nan", "returned nan values", "nan iterations"
     "NaN",  # "NaN loss", "Loss is NaN"
     "inf,",  # "'loss': inf,"
+    "oss is inf",  # AmpliGraph's "ERROR - Loss is inf. Please change the hyperparameters."
     # fp16 scaler collapse: apex and fairseq below 1 ("reducing loss scale to 0.5"), DeepSpeed
     # stuck at "Attempted loss scale: 1, reducing to 1"
     "oss scale to",
@@ -1170,6 +1171,11 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # (pid 1104) exited is killed by signal: Killed.", PaddleDetection#7252)
             r"DataLoader process \(pid[^)]*\) exited is killed by signal: Killed",
             r"\[Errno 12\] Cannot allocate memory",  # OSError(ENOMEM): fork, mmap, pin_memory
+            # (round 130, tune123) ... and errno 12 whatever follows it: ENOMEM is 12 on Linux,
+            # macOS and Windows alike, so a strerror in the machine's own language or one the
+            # paste cut short names the same failure ("OSError: [Errno 12] Can" from os.fork()
+            # in multiprocessing's pool, vicariousinc/science_rcn#9)
+            r"\[Errno 12\](?!\d)",
             # /dev/shm (RAM-backed) exhausted by DataLoader workers passing tensors: torch's
             # SIGBUS handler in csrc/DataLoader.cpp, the worker's death, and the shm file write
             # whose "No space left on device" is about RAM, not the checkpoint disk. The host
@@ -1197,6 +1203,12 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # colon and the name in full-width brackets, "Out of memory:Killed process 217423",
             # city-super/Scaffold-GS#104)
             r"Out of memory: ?Kill(?:ed)? process",
+            # (round 130, tune123) ... and the victim's line on its own, which only the OOM
+            # killer prints (mm/oom_kill.c: "Killed process %d (%s) total-vm:%lukB, anon-rss:
+            # ...", with a "%s: " reason before it since Linux 5.x and none before; RHEL 6's
+            # kernels put ", UID %d," after the pid), as a reporter copies it from dmesg
+            # (seomoz/word2gauss#24)
+            r"\bKilled process \d+(?:, UID \d+,)? \([^)\n]*\) total-vm:\d+kB",
             r"Memory cgroup out of memory",
             r"oom-kill:",
             r"oom-kill event",  # slurmstepd "Detected 1 oom-kill event(s) in StepId=..."
@@ -2230,7 +2242,10 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # 14.11 KL divergence: nan Entropy: nan", every epoch after 7.4 M steps; benelot/
             # pybullet-gym#10; stable-baselines3's "approx_kl" row): the network's outputs are
             # NaN, whatever the surrogate loss still prints
-            r"(?i:\b(?:KL divergence|approx_?kl|entropy)\b['\"\]\s:=|]{1,40}-?nan\b)",
+            # (round 130, tune122: also the bare "KL" key of OpenAI baselines' logger table,
+            # "| KL        | nan      |", in ACKTR's and TRPO's iteration dumps; openai/
+            # baselines#127)
+            r"(?i:\b(?:KL divergence|KL|approx_?kl|entropy)\b['\"\]\s:=|]{1,40}-?nan\b)",
             # (round 49, tune46) a loss metric named for its function rather than "loss": MXNet
             # Gluon's metric.Loss instances as GluonCV's scripts name them ("CrossEntropy=nan,
             # SmoothL1=nan", dmlc/gluon-cv#142), and a perplexity, the exponential of a loss
@@ -2306,6 +2321,14 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # Keras callbacks.py TerminateOnNaN: prints this and stops training when the
             # batch's loss is NaN or inf (manishsoni1908/Mobilenet-ssd-keras#21)
             r"Batch \d+: Invalid loss, terminating training",
+            # (round 130, tune123) faceswap's NaN protection, which logs "NaN Detected. Loss:
+            # [...]" and raises FaceswapError("A NaN was detected and you have NaN protection
+            # enabled. Training has been terminated.") (plugins/train/trainer; deepfakes/
+            # faceswap#1499), and a training loop's own guard raising a bare Exception("NaN
+            # encountered") when its loss goes NaN (FrameDiff's experiments/
+            # train_se3_diffusion.py; jasonkyuyim/se3_diffusion#23): the numbers, not the code
+            r"\bA NaN was detected and you have NaN protection enabled\b",
+            r"^Exception: NaN encountered\s*$",
             # a NaN loss in words ("nan loss", "NaN detected in loss"); (round 124, tune114)
             # also in one network's loss, as synthcity's GAN trainers raise it
             # (plugins/core/models: raise RuntimeError("NaNs detected in the generator loss");
@@ -3201,6 +3224,18 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             # the job's environment lacks the launcher
             r"\bexecve\(\): \S+: No such file or directory",
             r"\bKey '[^']+' is not in struct\b",
+            # (round 130, tune122) OmegaConf reading a key its config left as "???" (omegaconf
+            # basecontainer and dictconfig: raise MissingMandatoryValue("Missing mandatory
+            # value: $FULL_KEY"), the key filled in when printed; huggingface/lerobot#404, a
+            # policy config without training.save_freq): a class without "Error" in its name,
+            # so the generic exception reader does not see it
+            r"\bMissing mandatory value: [\w.$\[\]-]+",
+            # (round 130, tune123) ConfigArgParse refusing a config file's list for a flag that
+            # takes one value (configargparse.py: self.error("%s can't be set to a list '%s'
+            # unless its action type is changed ..."), printed as argparse prints an error,
+            # "mace_run_train: error: train_file can't be set to a list '[...]'"; ACEsuit/
+            # mace#887): the job's config file
+            r"\b\S+ can't be set to a list '",
             r"(?:^|python[\d.]*(?:\.exe)?: )No module named [\w.]+\s*$",
             # (round 74, tune71) TensorFlow's Example parser on records that do not match the
             # features the input function asks for (core/util/example_proto_fast_parsing.cc:
