@@ -41,6 +41,8 @@ Three sets, scored separately:
   ``heldout122`` and ``heldout125`` (20 and 49 logs, one pair of round 129's eight helpers
   each, not split, scored once on the rules at 124e869; their siblings ``heldout123`` and
   ``heldout124`` are ``tune122`` and ``tune123``);
+  ``heldout126`` (15 logs, two helpers with the sitting's last 64 look-ups, scored once on
+  round 130's rules at f8c0936);
 * its harmless mentions (``mentions/``): healthy output with failure-looking words. Each is
   streamed through :class:`StreamClassifier` and every *fatal* verdict (one that would end
   the attempt at once) is a false kill; the final verdict at exit 0 must be success;
@@ -374,6 +376,7 @@ HELDOUT_SETS = (
     "heldout121",
     "heldout122",
     "heldout125",
+    "heldout126",
 )
 
 
