@@ -41,7 +41,7 @@ K = FailureKind
             "Killed process 30311 (python) total-vm:87803176kB, anon-rss:64515860kB, file-rss:80kB",
             K.HOST_OOM,
         ),
-        # ... and RHEL 6's kernels, the uid after the pid
+        # ... and a 2.6.32-era kernel's variant, the uid after the pid
         (
             "Killed process 4121, UID 1000, (python) total-vm:61207900kB, anon-rss:59983124kB, "
             "file-rss:1048kB",

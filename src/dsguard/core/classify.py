@@ -1205,9 +1205,9 @@ _RULES: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             r"Out of memory: ?Kill(?:ed)? process",
             # (round 130, tune123) ... and the victim's line on its own, which only the OOM
             # killer prints (mm/oom_kill.c: "Killed process %d (%s) total-vm:%lukB, anon-rss:
-            # ...", with a "%s: " reason before it since Linux 5.x and none before; RHEL 6's
-            # kernels put ", UID %d," after the pid), as a reporter copies it from dmesg
-            # (seomoz/word2gauss#24)
+            # ...", with a "%s: " reason before it in later kernels and none in older ones; a
+            # 2.6.32-era variant puts ", UID %d," after the pid), as a reporter copies it from
+            # dmesg (seomoz/word2gauss#24)
             r"\bKilled process \d+(?:, UID \d+,)? \([^)\n]*\) total-vm:\d+kB",
             r"Memory cgroup out of memory",
             r"oom-kill:",
