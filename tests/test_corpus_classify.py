@@ -46,8 +46,7 @@ def test_corpus_is_real_and_split() -> None:
     """At least 2800 labelled failures in 12 kinds and 45 mentions, every split used: the
     tuning splits ``tune``, ``tune2``, ``tune3`` to ``tune93``, ``tune95``, ``tune98`` to
     ``tune100``, ``tune103``, ``tune104``, ``tune108``, ``tune109``, ``tune112``,
-    ``tune114``, ``tune118``, ``tune119``, ``tune122`` and ``tune123`` (each ``tuneN``
-    the
+    ``tune114``, ``tune118``, ``tune119``, ``tune122`` and ``tune123`` (each ``tuneN`` the
     held-out ``heldout(N+1)`` until it was scored once and became a tuning set:
     ``tune3``-``tune5`` in rounds 5-7, ``tuneN`` for N >= 6 in a later round, which the corpus
     README's section of each set names), the held-out ``heldout``, ``heldout2``, ``heldout3``,
