@@ -884,9 +884,8 @@ def test_the_fresh_heldout108_meets_the_accuracy_and_unknown_targets() -> None:
 
 def test_the_fresh_heldout125_meets_the_accuracy_and_unknown_targets() -> None:
     """heldout125 met both of the issue's targets on its once-score (47/49, ``unknown`` 0), on
-    the rules frozen at 124e869, the first set of a four-set sitting to: 49 logs, so its
-    two-sided 95% interval runs from about 86% to 99.5%. Which logs were missed is not read (a
-    held-out set)."""
+    the rules frozen at 124e869: 49 logs, so its two-sided 95% interval runs from about 86% to
+    99.5%. Which logs were missed is not read (a held-out set)."""
     s = _score("heldout125")
     assert s.accuracy >= 0.95 and s.predicted("unknown") / s.n < 0.03
 
