@@ -3833,6 +3833,7 @@ _TABLE_CELL = re.compile(
     r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?%?|(?i:nan|inf))|\d+:\d\d(?::\d\d)?|[\[\]|*+]"
 )
 _TABLE_NAN = re.compile(r"(?<!\w)[-+]?(?i:nan|inf)(?!\w)")  # a row's cell, never a header's
+_TABLE_WORD = re.compile(r"\S+")  # a row's cells, split on whitespace
 
 
 def _loss_columns(body: str) -> tuple[tuple[int, int], ...] | None:
@@ -3858,7 +3859,7 @@ def _loss_columns(body: str) -> tuple[tuple[int, int], ...] | None:
 
 def _loss_in_table(body: str, spans: tuple[tuple[int, int], ...]) -> re.Match[str] | None:
     """A NaN or inf under one of ``spans`` (a header's loss columns) on a row of numbers."""
-    cells = list(re.finditer(r"\S+", body))
+    cells = list(_TABLE_WORD.finditer(body))
     if len(cells) < 3 or not all(_TABLE_CELL.fullmatch(c.group()) for c in cells):
         return None
     for c in cells:
